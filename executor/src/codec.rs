@@ -1,0 +1,199 @@
+//! The physical plan codec that ships icemerge operators between coordinator,
+//! scheduler and executors. Our nodes are wrapped in `icemerge_proto`
+//! messages behind a magic prefix; everything else is Ballista's (shuffle
+//! reader / writer) or DataFusion's, through Ballista's codec.
+
+use std::sync::Arc;
+
+use arrow::datatypes::Schema;
+use ballista_core::serde::BallistaPhysicalExtensionCodec;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::PhysicalExtensionCodec;
+use iceberg::scan::FileScanTask;
+use icemerge_proto::{
+    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, WriteNode,
+};
+use prost::Message;
+
+use crate::merge_writer_exec::CopyOnWriteWriterExec;
+use crate::scan_exec::IcebergScanExec;
+use crate::write_exec::IcebergWriteExec;
+
+const MAGIC: &[u8] = b"ICEMERGE1";
+
+/// Encodes icemerge operators; delegates all others to Ballista's codec.
+#[derive(Debug, Default)]
+pub struct IcemergePhysicalCodec {
+    fallback: BallistaPhysicalExtensionCodec,
+}
+
+fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    let proto: datafusion_proto::protobuf::Schema = schema.try_into()?;
+    Ok(proto.encode_to_vec())
+}
+
+fn decode_schema(bytes: &[u8]) -> Result<Schema> {
+    let proto = datafusion_proto::protobuf::Schema::decode(bytes)
+        .map_err(|e| DataFusionError::Internal(format!("bad schema in plan: {e}")))?;
+    Ok((&proto).try_into()?)
+}
+
+fn json_err(e: serde_json::Error) -> DataFusionError {
+    DataFusionError::Internal(format!("plan serialization: {e}"))
+}
+
+impl PhysicalExtensionCodec for IcemergePhysicalCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        ctx: &TaskContext,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let Some(body) = buf.strip_prefix(MAGIC) else {
+            return self.fallback.try_decode(buf, inputs, ctx);
+        };
+        let node = PhysicalNode::decode(body)
+            .map_err(|e| DataFusionError::Internal(format!("bad icemerge plan node: {e}")))?;
+        match node.node {
+            Some(Node::Scan(scan)) => {
+                let groups = scan
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        g.tasks_json
+                            .iter()
+                            .map(|t| serde_json::from_str::<FileScanTask>(t).map_err(json_err))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                    .collect::<Result<Vec<_>>>()?;
+                let exec = IcebergScanExec::new(
+                    scan.table,
+                    Arc::new(decode_schema(&scan.schema)?),
+                    scan.file_io.map(|p| p.props).unwrap_or_default(),
+                    groups,
+                    scan.files_pruned,
+                    scan.predicate,
+                    scan.limit.map(|l| l as usize),
+                );
+                Ok(Arc::new(if scan.row_ids {
+                    exec.with_row_ids()
+                } else {
+                    exec
+                }))
+            }
+            Some(Node::Write(write)) => {
+                let input = inputs.first().cloned().ok_or_else(|| {
+                    DataFusionError::Internal("IcebergWriteExec without input".into())
+                })?;
+                let metadata =
+                    serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
+                Ok(Arc::new(IcebergWriteExec::new(
+                    write.table,
+                    Arc::new(metadata),
+                    write.file_io.map(|p| p.props).unwrap_or_default(),
+                    write.write_id,
+                    input,
+                )))
+            }
+            Some(Node::MergeWrite(write)) => {
+                let input = inputs.first().cloned().ok_or_else(|| {
+                    DataFusionError::Internal("CopyOnWriteWriterExec without input".into())
+                })?;
+                let metadata =
+                    serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
+                Ok(Arc::new(CopyOnWriteWriterExec::new(
+                    write.table,
+                    Arc::new(metadata),
+                    write.file_io.map(|p| p.props).unwrap_or_default(),
+                    write.write_id,
+                    input,
+                )))
+            }
+            None => Err(DataFusionError::Internal("empty icemerge plan node".into())),
+        }
+    }
+
+    fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>) -> Result<()> {
+        let message = if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
+            let groups = scan
+                .groups
+                .iter()
+                .map(|g| {
+                    Ok(ScanTaskGroup {
+                        tasks_json: g
+                            .iter()
+                            .map(|t| serde_json::to_string(t).map_err(json_err))
+                            .collect::<Result<Vec<_>>>()?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
+            Node::Scan(ScanNode {
+                table: scan.table.clone(),
+                schema: encode_schema(&scan.schema)?,
+                file_io: Some(FileIoProps {
+                    props: scan.file_io_props.clone(),
+                }),
+                groups,
+                files_pruned: scan.files_pruned,
+                predicate: scan.predicate.clone(),
+                limit: scan.limit.map(|l| l as u64),
+                row_ids: scan.row_ids,
+            })
+        } else if let Some(write) = node.as_any().downcast_ref::<IcebergWriteExec>() {
+            Node::Write(WriteNode {
+                table: write.table.clone(),
+                table_metadata_json: serde_json::to_string(write.metadata.as_ref())
+                    .map_err(json_err)?,
+                file_io: Some(FileIoProps {
+                    props: write.file_io_props.clone(),
+                }),
+                write_id: write.write_id.clone(),
+            })
+        } else if let Some(write) = node.as_any().downcast_ref::<CopyOnWriteWriterExec>() {
+            Node::MergeWrite(WriteNode {
+                table: write.table.clone(),
+                table_metadata_json: serde_json::to_string(write.metadata.as_ref())
+                    .map_err(json_err)?,
+                file_io: Some(FileIoProps {
+                    props: write.file_io_props.clone(),
+                }),
+                write_id: write.write_id.clone(),
+            })
+        } else {
+            return self.fallback.try_encode(node, buf);
+        };
+        buf.extend_from_slice(MAGIC);
+        PhysicalNode {
+            node: Some(message),
+        }
+        .encode(buf)
+        .map_err(|e| DataFusionError::Internal(format!("encode icemerge plan node: {e}")))
+    }
+
+    fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        self.fallback.try_decode_udf(name, buf)
+    }
+
+    fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.fallback.try_encode_udf(node, buf)
+    }
+
+    fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        self.fallback.try_decode_udaf(name, buf)
+    }
+
+    fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.fallback.try_encode_udaf(node, buf)
+    }
+
+    fn try_decode_udwf(&self, name: &str, buf: &[u8]) -> Result<Arc<WindowUDF>> {
+        self.fallback.try_decode_udwf(name, buf)
+    }
+
+    fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
+        self.fallback.try_encode_udwf(node, buf)
+    }
+}

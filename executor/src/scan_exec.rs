@@ -1,0 +1,342 @@
+//! `IcebergScanExec`: the distributed scan of one Iceberg snapshot. Each
+//! output partition is one task that reads a group of data files (with their
+//! position and equality deletes applied by iceberg's Arrow reader). The file
+//! list is fixed at plan time, so every task reads the same pinned snapshot.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
+use futures::{StreamExt, TryStreamExt};
+use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::scan::FileScanTask;
+use iceberg::Runtime;
+
+use crate::file_io::file_io_from_props;
+use crate::iceberg_err;
+
+/// Reads groups of Iceberg data files; one group per output partition.
+#[derive(Debug, Clone)]
+pub struct IcebergScanExec {
+    pub table: String,
+    pub schema: SchemaRef,
+    pub file_io_props: HashMap<String, String>,
+    pub groups: Vec<Vec<FileScanTask>>,
+    pub files_pruned: u64,
+    pub predicate: String,
+    pub limit: Option<usize>,
+    /// Adds the row id columns `_file` and `_pos` (MERGE's target scan).
+    pub row_ids: bool,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl IcebergScanExec {
+    pub fn new(
+        table: String,
+        schema: SchemaRef,
+        file_io_props: HashMap<String, String>,
+        groups: Vec<Vec<FileScanTask>>,
+        files_pruned: u64,
+        predicate: String,
+        limit: Option<usize>,
+    ) -> Self {
+        // An empty table still has one (empty) partition.
+        let groups = if groups.is_empty() {
+            vec![vec![]]
+        } else {
+            groups
+        };
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(groups.len()),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            table,
+            schema,
+            file_io_props,
+            groups,
+            files_pruned,
+            predicate,
+            limit,
+            row_ids: false,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+
+    /// The same scan, emitting `_file` and `_pos` after the table columns
+    /// (`schema` must then end with those two fields).
+    pub fn with_row_ids(mut self) -> Self {
+        self.row_ids = true;
+        self
+    }
+
+    /// Number of data files this scan reads.
+    pub fn file_count(&self) -> usize {
+        self.groups.iter().map(Vec::len).sum()
+    }
+}
+
+/// Groups scan tasks into at most `target` groups of similar byte size.
+pub fn bin_pack(tasks: Vec<FileScanTask>, target: usize) -> Vec<Vec<FileScanTask>> {
+    let target = target.max(1).min(tasks.len().max(1));
+    let mut tasks = tasks;
+    tasks.sort_by(|a, b| {
+        b.length
+            .cmp(&a.length)
+            .then(a.data_file_path.cmp(&b.data_file_path))
+    });
+    let mut groups: Vec<(u64, Vec<FileScanTask>)> = (0..target).map(|_| (0, vec![])).collect();
+    for task in tasks {
+        let smallest = groups
+            .iter_mut()
+            .min_by_key(|(size, _)| *size)
+            .expect("at least one group");
+        smallest.0 += task.length.max(1);
+        smallest.1.push(task);
+    }
+    groups
+        .into_iter()
+        .map(|(_, mut g)| {
+            g.sort_by(|a, b| a.data_file_path.cmp(&b.data_file_path));
+            g
+        })
+        .filter(|g| !g.is_empty())
+        .collect()
+}
+
+impl DisplayAs for IcebergScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(
+            f,
+            "IcebergScanExec: table={}, files={}, files_pruned={}, tasks={}",
+            self.table,
+            self.file_count(),
+            self.files_pruned,
+            self.groups.len()
+        )?;
+        if !self.predicate.is_empty() {
+            write!(f, ", predicate={}", self.predicate)?;
+        }
+        if let Some(limit) = self.limit {
+            write!(f, ", limit={limit}")?;
+        }
+        if self.row_ids {
+            write!(f, ", row_ids=[_file, _pos]")?;
+        }
+        let cols: Vec<_> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(f, ", projection=[{}]", cols.join(", "))
+    }
+}
+
+impl ExecutionPlan for IcebergScanExec {
+    fn name(&self) -> &str {
+        "IcebergScanExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.is_empty() {
+            Ok(self)
+        } else {
+            Err(DataFusionError::Internal(
+                "IcebergScanExec has no children".into(),
+            ))
+        }
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let tasks = self.groups.get(partition).cloned().ok_or_else(|| {
+            DataFusionError::Internal(format!("IcebergScanExec has no partition {partition}"))
+        })?;
+        let files = MetricBuilder::new(&self.metrics).counter("files_scanned", partition);
+        let bytes = MetricBuilder::new(&self.metrics).counter("bytes_scanned", partition);
+        let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        files.add(tasks.len());
+        bytes.add(tasks.iter().map(|t| t.length as usize).sum());
+
+        let schema = self.schema.clone();
+        let file_io = file_io_from_props(&self.file_io_props);
+        let batch_size = context.session_config().batch_size();
+        let row_ids = self.row_ids;
+        let data_schema = if row_ids {
+            let n = schema.fields().len() - 2;
+            Arc::new(arrow::datatypes::Schema::new(schema.fields()[..n].to_vec()))
+        } else {
+            schema.clone()
+        };
+        // Without row ids, one reader streams every file of the task; with row
+        // ids, each file is read on its own so that positions can be counted.
+        let units: Vec<Vec<FileScanTask>> = if row_ids {
+            tasks.into_iter().map(|t| vec![t]).collect()
+        } else {
+            vec![tasks]
+        };
+        let out_schema = schema.clone();
+        let stream = futures::stream::iter(units)
+            .map(move |unit| {
+                read_unit(
+                    unit,
+                    file_io.clone(),
+                    batch_size,
+                    data_schema.clone(),
+                    out_schema.clone(),
+                    row_ids,
+                )
+            })
+            .buffered(1)
+            .try_flatten();
+        let mut remaining = self.limit.unwrap_or(usize::MAX);
+        let stream = stream
+            .try_take_while(move |_| futures::future::ready(Ok(remaining > 0)))
+            .map_ok(move |batch| {
+                let batch = if batch.num_rows() > remaining {
+                    batch.slice(0, remaining)
+                } else {
+                    batch
+                };
+                remaining = remaining.saturating_sub(batch.num_rows());
+                rows.add(batch.num_rows());
+                batch
+            });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+/// Reads one unit of files: a stream of batches in the scan's schema, with
+/// `_file` / `_pos` appended in row-id mode (the unit is then one file).
+async fn read_unit(
+    unit: Vec<FileScanTask>,
+    file_io: iceberg::io::FileIO,
+    batch_size: usize,
+    data_schema: SchemaRef,
+    out_schema: SchemaRef,
+    row_ids: bool,
+) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    if row_ids {
+        if let Some(t) = unit.iter().find(|t| !t.deletes.is_empty()) {
+            return Err(DataFusionError::NotImplemented(format!(
+                "MERGE into a table whose data file {} has delete files is not supported yet",
+                t.data_file_path
+            )));
+        }
+    }
+    let path = unit
+        .first()
+        .map(|t| t.data_file_path.clone())
+        .unwrap_or_default();
+    let runtime = Runtime::try_current().map_err(iceberg_err)?;
+    let reader = ArrowReaderBuilder::new(file_io, runtime)
+        .with_batch_size(batch_size)
+        .with_data_file_concurrency_limit(1)
+        .with_row_group_filtering_enabled(!row_ids)
+        .with_row_selection_enabled(!row_ids)
+        .build();
+    let task_stream = futures::stream::iter(unit.into_iter().map(Ok)).boxed();
+    let batches = reader.read(task_stream).map_err(iceberg_err)?.stream();
+    let mut position: i64 = 0;
+    Ok(batches
+        .map(move |batch| {
+            let batch = conform(&data_schema, batch.map_err(iceberg_err)?)?;
+            if !row_ids {
+                return Ok(batch);
+            }
+            let n = batch.num_rows();
+            let mut columns = batch.columns().to_vec();
+            columns.push(Arc::new(arrow::array::StringArray::from(vec![
+                path.as_str();
+                n
+            ])));
+            columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
+                position..position + n as i64,
+            )));
+            position += n as i64;
+            Ok(RecordBatch::try_new(out_schema.clone(), columns)?)
+        })
+        .boxed())
+}
+
+/// Gives a batch read by iceberg (whose fields carry Parquet field ids) the
+/// scan's declared schema, casting where the file's type is narrower.
+pub fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(DataFusionError::Execution(format!(
+            "scan produced {} columns, expected {}",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(col, field)| {
+            if col.data_type() == field.data_type() {
+                Ok(col.clone())
+            } else {
+                // Never turn a value that does not fit into NULL: fail instead.
+                let options = arrow::compute::CastOptions {
+                    safe: false,
+                    ..Default::default()
+                };
+                arrow::compute::cast_with_options(col, field.data_type(), &options).map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "column '{}': cannot store {} as {}: {e}",
+                        field.name(),
+                        col.data_type(),
+                        field.data_type()
+                    ))
+                })
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let options =
+        arrow::record_batch::RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+    Ok(RecordBatch::try_new_with_options(
+        schema.clone(),
+        columns,
+        &options,
+    )?)
+}

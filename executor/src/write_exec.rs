@@ -1,0 +1,318 @@
+//! `IcebergWriteExec`: writes its input as Parquet data files of one Iceberg
+//! table (fanned out by partition for partitioned tables) and emits one row
+//! per data file written: the file's manifest entry as JSON, for the
+//! coordinator to commit. Nothing is visible to readers until that commit.
+//!
+//! File names carry the statement's write id, the task partition and a fresh
+//! id per execution, so a re-run task attempt never overwrites another's file.
+//! A task that fails deletes the files it wrote.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::{Distribution, EquivalenceProperties};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
+};
+use futures::StreamExt;
+use iceberg::arrow::{schema_to_arrow_schema, RecordBatchPartitionSplitter};
+use iceberg::io::FileIO;
+use iceberg::spec::{serialize_data_file_to_json, DataFile, DataFileFormat, TableMetadata};
+use iceberg::writer::base_writer::data_file_writer::DataFileWriterBuilder;
+use iceberg::writer::file_writer::location_generator::{
+    DefaultFileNameGenerator, DefaultLocationGenerator,
+};
+use iceberg::writer::file_writer::rolling_writer::RollingFileWriterBuilder;
+use iceberg::writer::file_writer::ParquetWriterBuilder;
+use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
+use iceberg::writer::partitioning::PartitioningWriter;
+use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::WriterProperties;
+
+use crate::file_io::file_io_from_props;
+use crate::iceberg_err;
+
+/// Schema of the writer's output: one row per data file written.
+pub static WRITE_RESULT_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![Field::new(
+        "data_file",
+        DataType::Utf8,
+        false,
+    )]))
+});
+
+/// Writes its input partitions as data files of `table`.
+#[derive(Debug, Clone)]
+pub struct IcebergWriteExec {
+    pub table: String,
+    pub metadata: Arc<TableMetadata>,
+    pub file_io_props: HashMap<String, String>,
+    pub write_id: String,
+    pub input: Arc<dyn ExecutionPlan>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl IcebergWriteExec {
+    pub fn new(
+        table: String,
+        metadata: Arc<TableMetadata>,
+        file_io_props: HashMap<String, String>,
+        write_id: String,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Self {
+        let partitions = input.output_partitioning().partition_count();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(WRITE_RESULT_SCHEMA.clone()),
+            Partitioning::UnknownPartitioning(partitions),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Self {
+            table,
+            metadata,
+            file_io_props,
+            write_id,
+            input,
+            properties,
+            metrics: ExecutionPlanMetricsSet::new(),
+        }
+    }
+}
+
+impl DisplayAs for IcebergWriteExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let spec = self.metadata.default_partition_spec();
+        write!(f, "IcebergWriteExec: table={}", self.table)?;
+        if !spec.is_unpartitioned() {
+            let fields: Vec<String> = spec
+                .fields()
+                .iter()
+                .map(|p| format!("{}={}", p.name, p.transform))
+                .collect();
+            write!(f, ", partitioned_by=[{}]", fields.join(", "))?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for IcebergWriteExec {
+    fn name(&self) -> &str {
+        "IcebergWriteExec"
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::UnspecifiedDistribution]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = children
+            .pop()
+            .ok_or_else(|| DataFusionError::Internal("IcebergWriteExec needs one child".into()))?;
+        Ok(Arc::new(IcebergWriteExec::new(
+            self.table.clone(),
+            self.metadata.clone(),
+            self.file_io_props.clone(),
+            self.write_id.clone(),
+            input,
+        )))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let metadata = self.metadata.clone();
+        let file_io = file_io_from_props(&self.file_io_props);
+        let prefix = format!(
+            "{}-{partition:05}-{}",
+            self.write_id,
+            uuid::Uuid::new_v4().simple()
+        );
+        let rows_written = MetricBuilder::new(&self.metrics).counter("rows_written", partition);
+        let files_written = MetricBuilder::new(&self.metrics).counter("files_written", partition);
+        let bytes_written = MetricBuilder::new(&self.metrics).counter("bytes_written", partition);
+        let output_rows = MetricBuilder::new(&self.metrics).output_rows(partition);
+        let stream = futures::stream::once(async move {
+            let mut writer = TableFileWriter::try_new(&metadata, file_io, prefix).await?;
+            let result = async {
+                let mut input = input;
+                while let Some(batch) = input.next().await {
+                    let batch = batch?;
+                    rows_written.add(batch.num_rows());
+                    writer.write(batch).await?;
+                }
+                writer.close().await
+            }
+            .await;
+            let files = match result {
+                Ok(files) => files,
+                Err(e) => {
+                    writer.abort().await;
+                    return Err(e);
+                }
+            };
+            files_written.add(files.len());
+            bytes_written.add(files.iter().map(|f| f.file_size_in_bytes() as usize).sum());
+            let partition_type = metadata.default_partition_type().clone();
+            let json = files
+                .into_iter()
+                .map(|f| serialize_data_file_to_json(f, &partition_type, metadata.format_version()))
+                .collect::<iceberg::Result<Vec<_>>>()
+                .map_err(iceberg_err)?;
+            output_rows.add(json.len());
+            let column: ArrayRef = Arc::new(StringArray::from(json));
+            Ok(RecordBatch::try_new(
+                WRITE_RESULT_SCHEMA.clone(),
+                vec![column],
+            )?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            WRITE_RESULT_SCHEMA.clone(),
+            stream,
+        )))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
+type DataWriterBuilder =
+    DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
+
+/// A data-file writer for one table: partitioned (fan-out by partition key)
+/// or not. Converts incoming batches to the table's Arrow schema.
+pub struct TableFileWriter {
+    arrow_schema: SchemaRef,
+    data_location: String,
+    prefix: String,
+    splitter: Option<RecordBatchPartitionSplitter>,
+    fanout: Option<FanoutWriter<DataWriterBuilder>>,
+    single: Option<<DataWriterBuilder as IcebergWriterBuilder>::R>,
+}
+
+impl TableFileWriter {
+    /// Writer for `metadata`'s current schema and default partition spec.
+    /// `prefix` must be unique per task attempt.
+    pub async fn try_new(
+        metadata: &TableMetadata,
+        file_io: FileIO,
+        prefix: String,
+    ) -> Result<Self> {
+        let schema = metadata.current_schema().clone();
+        let arrow_schema = Arc::new(schema_to_arrow_schema(&schema).map_err(iceberg_err)?);
+        let target_size = metadata
+            .table_properties()
+            .map(|p| p.write_target_file_size_bytes)
+            .map_err(iceberg_err)?;
+        let props = WriterProperties::builder()
+            .set_compression(Compression::ZSTD(
+                ZstdLevel::try_new(1).map_err(DataFusionError::from)?,
+            ))
+            .build();
+        let parquet = ParquetWriterBuilder::new(props, schema.clone());
+        let rolling = RollingFileWriterBuilder::new(
+            parquet,
+            target_size,
+            file_io.clone(),
+            DefaultLocationGenerator::new(metadata).map_err(iceberg_err)?,
+            DefaultFileNameGenerator::new(prefix.clone(), None, DataFileFormat::Parquet),
+        );
+        let builder = DataFileWriterBuilder::new(rolling);
+        let spec = metadata.default_partition_spec();
+        let (splitter, fanout, single) = if spec.is_unpartitioned() {
+            (
+                None,
+                None,
+                Some(builder.build(None).await.map_err(iceberg_err)?),
+            )
+        } else {
+            let splitter = RecordBatchPartitionSplitter::try_new_with_computed_values(
+                schema.clone(),
+                spec.clone(),
+            )
+            .map_err(iceberg_err)?;
+            (Some(splitter), Some(FanoutWriter::new(builder)), None)
+        };
+        Ok(Self {
+            arrow_schema,
+            data_location: crate::cleanup::data_location(metadata),
+            prefix,
+            splitter,
+            fanout,
+            single,
+        })
+    }
+
+    /// The table's Arrow schema (with Parquet field ids), which `write` expects.
+    pub fn arrow_schema(&self) -> &SchemaRef {
+        &self.arrow_schema
+    }
+
+    /// Writes one batch whose columns are the table's columns, in order.
+    pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let batch = crate::scan_exec::conform(&self.arrow_schema, batch)?;
+        if let (Some(splitter), Some(fanout)) = (&self.splitter, &mut self.fanout) {
+            for (key, part) in splitter.split(&batch).map_err(iceberg_err)? {
+                fanout.write(key, part).await.map_err(iceberg_err)?;
+            }
+        } else if let Some(single) = &mut self.single {
+            single.write(batch).await.map_err(iceberg_err)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes every open file and returns the data files written.
+    pub async fn close(&mut self) -> Result<Vec<DataFile>> {
+        if let Some(fanout) = self.fanout.take() {
+            return fanout.close().await.map_err(iceberg_err);
+        }
+        if let Some(mut single) = self.single.take() {
+            return single.close().await.map_err(iceberg_err);
+        }
+        Ok(vec![])
+    }
+
+    /// Best effort removal of whatever this writer put in the warehouse.
+    pub async fn abort(&mut self) {
+        self.fanout = None;
+        self.single = None;
+        crate::cleanup::delete_files_with_prefix(&self.data_location, &self.prefix);
+    }
+}

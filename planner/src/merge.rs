@@ -1,0 +1,600 @@
+//! Binding a `MERGE INTO` statement: which table is the target, which
+//! relation the source, and how each joined row is classified. The
+//! classification (stage C of the merge) is expressed as one SQL query over
+//! the target's row-id relation joined to the source, which DataFusion plans
+//! into a hash join (keys from the ON equalities, the rest as join filter)
+//! followed by projections:
+//!
+//! - `__icemerge_op`: 1 insert, 2 delete, 3 update (0 = no clause acts; such
+//!   rows are filtered out), from the FIRST clause, in statement order, whose
+//!   kind and condition hold;
+//! - `_file`, `_pos`: the target row id (NULL for inserts);
+//! - `__icemerge_key`: the target row's ON-key values, for error messages;
+//! - `__icemerge_route`: the writer partition key (the data file; random for
+//!   inserts);
+//! - the new value of every target column (unassigned columns keep the
+//!   target's value; inserts get NULL for columns they do not name).
+
+use std::collections::HashSet;
+
+use datafusion::error::{DataFusionError, Result};
+use datafusion::sql::sqlparser::ast::{
+    AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction, MergeClauseKind,
+    MergeInsertKind, ObjectName, Statement, TableFactor,
+};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+
+/// Marker the target relation's presence is tested with.
+const SOURCE_MARK: &str = "__icemerge_src";
+const STAR_MARK: &str = "__icemerge_all";
+
+/// A MERGE statement, bound far enough to plan it.
+#[derive(Debug, Clone)]
+pub struct BoundMerge {
+    /// Target table name parts as written.
+    pub target: Vec<String>,
+    /// The name the statement refers to the target by.
+    pub target_alias: String,
+    /// Kinds of the clauses, in order (for EXPLAIN and validation).
+    pub clauses: Vec<ClauseSummary>,
+    /// Join type implied by the clauses: INNER, RIGHT (source-preserving),
+    /// LEFT (target-preserving) or FULL.
+    pub join_type: &'static str,
+    /// True when only NOT MATCHED ... INSERT clauses exist.
+    pub insert_only: bool,
+    /// The original statement.
+    pub merge: Merge,
+}
+
+/// One WHEN clause, as EXPLAIN shows it.
+#[derive(Debug, Clone)]
+pub struct ClauseSummary {
+    pub kind: &'static str,
+    pub action: &'static str,
+}
+
+/// How an `EXPLAIN ... MERGE` wants its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExplainMerge {
+    /// The stage graph as text.
+    Text,
+    /// The stage graph as Graphviz DOT (`EXPLAIN (FORMAT GRAPHVIZ)`).
+    Dot,
+    /// Run the merge, then the stage graph with per-stage figures.
+    Analyze,
+}
+
+/// Splits `EXPLAIN [ANALYZE] [(FORMAT GRAPHVIZ)] MERGE ...` into the mode and
+/// the MERGE text; `None` when `sql` is not an EXPLAIN of a MERGE.
+pub fn strip_explain_merge(sql: &str) -> Option<(ExplainMerge, String)> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let word = |k: usize| match significant.get(k).map(|&i| &tokens[i]) {
+        Some(Token::Word(w)) => w.value.to_uppercase(),
+        Some(Token::LParen) => "(".into(),
+        Some(Token::RParen) => ")".into(),
+        _ => String::new(),
+    };
+    if word(0) != "EXPLAIN" {
+        return None;
+    }
+    let mut k = 1;
+    let mut mode = ExplainMerge::Text;
+    if word(k) == "ANALYZE" {
+        mode = ExplainMerge::Analyze;
+        k += 1;
+    }
+    if word(k) == "(" {
+        if word(k + 1) != "FORMAT"
+            || !matches!(word(k + 2).as_str(), "GRAPHVIZ" | "DOT")
+            || word(k + 3) != ")"
+        {
+            return None;
+        }
+        mode = ExplainMerge::Dot;
+        k += 4;
+    }
+    if word(k) != "MERGE" {
+        return None;
+    }
+    let start = significant[k];
+    Some((
+        mode,
+        tokens[start..].iter().map(|t| t.to_string()).collect(),
+    ))
+}
+
+/// Parses a `MERGE` statement (accepting `UPDATE SET *` and `INSERT *`).
+pub fn parse_merge(sql: &str) -> Result<Option<Merge>> {
+    let rewritten = rewrite_stars(sql)?;
+    let Some(first) = first_keyword(&rewritten) else {
+        return Ok(None);
+    };
+    if !first.eq_ignore_ascii_case("merge") {
+        return Ok(None);
+    }
+    let statements = Parser::parse_sql(&GenericDialect {}, &rewritten)
+        .map_err(|e| DataFusionError::Plan(format!("SQL syntax error in MERGE: {e}")))?;
+    match statements.into_iter().next() {
+        Some(Statement::Merge(merge)) => Ok(Some(merge)),
+        _ => Ok(None),
+    }
+}
+
+fn first_keyword(sql: &str) -> Option<String> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
+    tokens.into_iter().find_map(|t| match t {
+        Token::Word(w) => Some(w.value),
+        Token::Whitespace(_) => None,
+        _ => Some(String::new()),
+    })
+}
+
+/// `UPDATE SET *` → `UPDATE SET __icemerge_all = __icemerge_all`, `INSERT *` → `INSERT ROW`.
+fn rewrite_stars(sql: &str) -> Result<String> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map_err(|e| DataFusionError::Plan(format!("SQL syntax error: {e}")))?;
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let is_word = |i: usize, w: &str| matches!(&tokens[i], Token::Word(word) if word.value.eq_ignore_ascii_case(w));
+    let mut replace: Vec<(usize, String)> = vec![];
+    for (k, &i) in significant.iter().enumerate() {
+        if !matches!(tokens[i], Token::Mul) || k == 0 {
+            continue;
+        }
+        let prev = significant[k - 1];
+        if is_word(prev, "SET") && k >= 2 && is_word(significant[k - 2], "UPDATE") {
+            replace.push((i, format!("{STAR_MARK} = {STAR_MARK}")));
+        } else if is_word(prev, "INSERT") {
+            replace.push((i, "ROW".to_string()));
+        }
+    }
+    if replace.is_empty() {
+        return Ok(sql.to_string());
+    }
+    let mut out = String::new();
+    for (i, t) in tokens.iter().enumerate() {
+        match replace.iter().find(|(j, _)| *j == i) {
+            Some((_, text)) => out.push_str(text),
+            None => out.push_str(&t.to_string()),
+        }
+    }
+    Ok(out)
+}
+
+fn ident_value(i: &Ident) -> String {
+    if i.quote_style.is_some() {
+        i.value.clone()
+    } else {
+        i.value.to_lowercase()
+    }
+}
+
+fn name_parts(name: &ObjectName) -> Vec<String> {
+    name.0
+        .iter()
+        .map(|p| {
+            p.as_ident()
+                .map(ident_value)
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect()
+}
+
+/// Binds the statement's shape (not yet its expressions).
+pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
+    let (target, target_alias) = match &merge.table {
+        TableFactor::Table {
+            name,
+            alias,
+            args: None,
+            ..
+        } => {
+            let parts = name_parts(name);
+            let alias = alias
+                .as_ref()
+                .map(|a| ident_value(&a.name))
+                .unwrap_or_else(|| parts.last().cloned().unwrap_or_default());
+            (parts, alias)
+        }
+        other => {
+            return Err(DataFusionError::Plan(format!(
+                "MERGE INTO: the target must be a table, found '{other}'"
+            )))
+        }
+    };
+    if merge.clauses.is_empty() {
+        return Err(DataFusionError::Plan(
+            "MERGE needs at least one WHEN clause".into(),
+        ));
+    }
+    let mut clauses = vec![];
+    let (mut matched, mut not_matched, mut by_source) = (false, false, false);
+    for clause in &merge.clauses {
+        let kind = match clause.clause_kind {
+            MergeClauseKind::Matched => {
+                matched = true;
+                "WHEN MATCHED"
+            }
+            MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget => {
+                not_matched = true;
+                "WHEN NOT MATCHED"
+            }
+            MergeClauseKind::NotMatchedBySource => {
+                by_source = true;
+                "WHEN NOT MATCHED BY SOURCE"
+            }
+        };
+        let action = match &clause.action {
+            MergeAction::Insert(_) => "INSERT",
+            MergeAction::Update(u) => {
+                if u.update_predicate.is_some() || u.delete_predicate.is_some() {
+                    return Err(DataFusionError::Plan(
+                        "MERGE: UPDATE ... WHERE / DELETE WHERE is not supported; use WHEN MATCHED AND <condition>".into(),
+                    ));
+                }
+                "UPDATE"
+            }
+            MergeAction::Delete { .. } => "DELETE",
+        };
+        if let MergeAction::Insert(insert) = &clause.action {
+            if insert.insert_predicate.is_some() {
+                return Err(DataFusionError::Plan(
+                    "MERGE: INSERT ... WHERE is not supported; use WHEN NOT MATCHED AND <condition>".into(),
+                ));
+            }
+        }
+        clauses.push(ClauseSummary { kind, action });
+    }
+    let join_type = match (not_matched, by_source) {
+        (false, false) => "INNER",
+        (true, false) => "RIGHT",
+        (false, true) => "LEFT",
+        (true, true) => "FULL",
+    };
+    Ok(BoundMerge {
+        target,
+        target_alias,
+        clauses,
+        join_type,
+        insert_only: !matched && !by_source,
+        merge,
+    })
+}
+
+/// The source relation's name in the statement and its SQL.
+fn source_sql(merge: &Merge) -> Result<(String, String)> {
+    let source = &merge.source;
+    let alias = match source {
+        TableFactor::Table { name, alias, args, .. } => match (alias, args) {
+            (Some(a), _) => ident_value(&a.name),
+            (None, None) => name_parts(name).last().cloned().unwrap_or_default(),
+            (None, Some(_)) => {
+                return Err(DataFusionError::Plan(format!(
+                    "MERGE USING {source}: a table function source needs an alias, e.g. USING {source} AS s"
+                )))
+            }
+        },
+        TableFactor::Derived { alias: Some(a), .. } => ident_value(&a.name),
+        TableFactor::Derived { alias: None, .. } => {
+            return Err(DataFusionError::Plan(
+                "MERGE USING (subquery): the subquery needs an alias, e.g. USING (SELECT ...) AS s".into(),
+            ))
+        }
+        other => return Err(DataFusionError::Plan(format!("MERGE USING: unsupported source '{other}'"))),
+    };
+    Ok((alias, source.to_string()))
+}
+
+fn quote(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// The classification query (see the module doc). `target_relation` is the
+/// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
+pub fn classify_sql(
+    bound: &BoundMerge,
+    target_relation: &str,
+    columns: &[String],
+) -> Result<String> {
+    let merge = &bound.merge;
+    let t = quote(&bound.target_alias);
+    let (source_alias, source) = source_sql(merge)?;
+    let s = quote(&source_alias);
+    if source_alias == bound.target_alias {
+        return Err(DataFusionError::Plan(format!(
+            "MERGE: target and source are both named '{source_alias}'; give one an alias"
+        )));
+    }
+    let matched = format!("({t}._file IS NOT NULL AND {s}.{SOURCE_MARK} IS NOT NULL)");
+    let not_matched = format!("({t}._file IS NULL)");
+    let by_source = format!("({s}.{SOURCE_MARK} IS NULL)");
+
+    let column_set: HashSet<&str> = columns.iter().map(String::as_str).collect();
+    let mut branches: Vec<(String, i8, Vec<String>)> = vec![]; // (condition, op, value per column)
+    for (index, clause) in merge.clauses.iter().enumerate() {
+        let guard = match clause.clause_kind {
+            MergeClauseKind::Matched => &matched,
+            MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget => &not_matched,
+            MergeClauseKind::NotMatchedBySource => &by_source,
+        };
+        let condition = match &clause.predicate {
+            Some(p) => format!("{guard} AND ({p})"),
+            None => guard.clone(),
+        };
+        let clause_name = format!("clause {} (WHEN {})", index + 1, clause.clause_kind);
+        let keep: Vec<String> = columns
+            .iter()
+            .map(|c| format!("{t}.{}", quote(c)))
+            .collect();
+        let (op, values) = match &clause.action {
+            MergeAction::Delete { .. } => (2, keep),
+            MergeAction::Update(update) => {
+                let mut values = keep;
+                let mut assigned = HashSet::new();
+                for assignment in &update.assignments {
+                    let AssignmentTarget::ColumnName(name) = &assignment.target else {
+                        return Err(DataFusionError::Plan(format!(
+                            "MERGE {clause_name}: tuple assignments are not supported"
+                        )));
+                    };
+                    let column = name_parts(name).last().cloned().unwrap_or_default();
+                    if column == STAR_MARK {
+                        if matches!(clause.clause_kind, MergeClauseKind::NotMatchedBySource) {
+                            return Err(DataFusionError::Plan(format!(
+                                "MERGE {clause_name}: UPDATE SET * needs a source row"
+                            )));
+                        }
+                        for (i, c) in columns.iter().enumerate() {
+                            values[i] = format!("{s}.{}", quote(c));
+                        }
+                        continue;
+                    }
+                    let Some(i) = columns.iter().position(|c| *c == column) else {
+                        return Err(DataFusionError::Plan(format!(
+                            "MERGE {clause_name}: UPDATE SET references unknown column '{column}' of the target"
+                        )));
+                    };
+                    if !assigned.insert(column.clone()) {
+                        return Err(DataFusionError::Plan(format!(
+                            "MERGE {clause_name}: column '{column}' is assigned more than once"
+                        )));
+                    }
+                    values[i] = format!("({})", assignment.value);
+                }
+                (3, values)
+            }
+            MergeAction::Insert(insert) => {
+                let mut values: Vec<String> = columns.iter().map(|_| "NULL".to_string()).collect();
+                match &insert.kind {
+                    MergeInsertKind::Row => {
+                        for (i, c) in columns.iter().enumerate() {
+                            values[i] = format!("{s}.{}", quote(c));
+                        }
+                    }
+                    MergeInsertKind::Values(v) => {
+                        let [row] = v.rows.as_slice() else {
+                            return Err(DataFusionError::Plan(format!(
+                                "MERGE {clause_name}: INSERT VALUES takes exactly one row"
+                            )));
+                        };
+                        let names: Vec<String> = if insert.columns.is_empty() {
+                            columns.to_vec()
+                        } else {
+                            insert
+                                .columns
+                                .iter()
+                                .map(|n| name_parts(n).last().cloned().unwrap_or_default())
+                                .collect()
+                        };
+                        if names.len() != row.len() {
+                            return Err(DataFusionError::Plan(format!(
+                                "MERGE {clause_name}: INSERT names {} column(s) but gives {} value(s)",
+                                names.len(),
+                                row.len()
+                            )));
+                        }
+                        let mut seen = HashSet::new();
+                        for (name, value) in names.iter().zip(row) {
+                            if !column_set.contains(name.as_str()) {
+                                return Err(DataFusionError::Plan(format!(
+                                    "MERGE {clause_name}: INSERT references unknown column '{name}' of the target"
+                                )));
+                            }
+                            if !seen.insert(name.clone()) {
+                                return Err(DataFusionError::Plan(format!(
+                                    "MERGE {clause_name}: INSERT names column '{name}' more than once"
+                                )));
+                            }
+                            let i = columns
+                                .iter()
+                                .position(|c| c == name)
+                                .expect("known column");
+                            values[i] = format!("({value})");
+                        }
+                    }
+                }
+                (1, values)
+            }
+        };
+        branches.push((condition, op, values));
+    }
+
+    let case = |pick: &dyn Fn(&(String, i8, Vec<String>)) -> String, otherwise: &str| {
+        let mut sql = String::from("CASE");
+        for branch in &branches {
+            sql.push_str(&format!(" WHEN {} THEN {}", branch.0, pick(branch)));
+        }
+        sql.push_str(&format!(" ELSE {otherwise} END"));
+        sql
+    };
+    let mut select = vec![
+        format!(
+            "CAST({} AS TINYINT) AS __icemerge_op",
+            case(&|b| b.1.to_string(), "0")
+        ),
+        format!("{t}._file AS _file"),
+        format!("{t}._pos AS _pos"),
+        format!(
+            "{} AS __icemerge_key",
+            key_expr(&merge.on, &bound.target_alias, columns)
+        ),
+    ];
+    for (i, c) in columns.iter().enumerate() {
+        select.push(format!(
+            "{} AS {}",
+            case(&|b| b.2[i].clone(), "NULL"),
+            quote(c)
+        ));
+    }
+    // The route spreads inserts (no data file) over the writers.
+    let outer: Vec<String> = [
+        "__icemerge_op",
+        "_file",
+        "_pos",
+        "__icemerge_key",
+        "COALESCE(_file, CAST(random() AS VARCHAR)) AS __icemerge_route",
+    ]
+    .iter()
+    .map(|c| c.to_string())
+    .chain(columns.iter().map(|c| quote(c)))
+    .collect();
+    Ok(format!(
+        "SELECT {} FROM (SELECT {} FROM {target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}) AS __icemerge_rows WHERE __icemerge_op <> 0",
+        outer.join(", "),
+        select.join(", "),
+        bound.join_type,
+        merge.on,
+    ))
+}
+
+/// `'id=' || t.id || ...` over the target columns compared by equality in ON.
+fn key_expr(on: &Expr, target_alias: &str, columns: &[String]) -> String {
+    let mut keys = vec![];
+    collect_target_keys(on, target_alias, columns, &mut keys);
+    keys.dedup();
+    if keys.is_empty() {
+        return "CAST(NULL AS VARCHAR)".to_string();
+    }
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            format!(
+                "'{}=' || COALESCE(CAST({}.{} AS VARCHAR), 'NULL')",
+                k.replace('\'', "''"),
+                quote(target_alias),
+                quote(k)
+            )
+        })
+        .collect();
+    parts.join(" || ', ' || ")
+}
+
+fn collect_target_keys(expr: &Expr, target_alias: &str, columns: &[String], out: &mut Vec<String>) {
+    match expr {
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::And,
+            right,
+        } => {
+            collect_target_keys(left, target_alias, columns, out);
+            collect_target_keys(right, target_alias, columns, out);
+        }
+        Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } => {
+            for side in [left, right] {
+                if let Expr::CompoundIdentifier(parts) = side.as_ref() {
+                    if parts.len() == 2 && ident_value(&parts[0]) == target_alias {
+                        let column = ident_value(&parts[1]);
+                        if columns.contains(&column) {
+                            out.push(column);
+                        }
+                    }
+                }
+            }
+        }
+        Expr::Nested(inner) => collect_target_keys(inner, target_alias, columns, out),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bound(sql: &str) -> BoundMerge {
+        bind_merge(parse_merge(sql).unwrap().expect("a MERGE")).unwrap()
+    }
+
+    #[test]
+    fn join_type_follows_the_clauses() {
+        let m = bound("MERGE INTO db.t USING s ON t.id = s.id WHEN MATCHED THEN DELETE");
+        assert_eq!(
+            (m.join_type, m.insert_only, m.target_alias.as_str()),
+            ("INNER", false, "t")
+        );
+        let m = bound("MERGE INTO db.t AS x USING s ON x.id = s.id WHEN NOT MATCHED THEN INSERT *");
+        assert_eq!(
+            (m.join_type, m.insert_only, m.target_alias.as_str()),
+            ("RIGHT", true, "x")
+        );
+        let m = bound("MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED BY SOURCE THEN DELETE");
+        assert_eq!(m.join_type, "LEFT");
+        let m = bound(
+            "MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET * \
+             WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE THEN DELETE",
+        );
+        assert_eq!(m.join_type, "FULL");
+        assert_eq!(m.clauses.len(), 3);
+    }
+
+    #[test]
+    fn not_a_merge_is_none() {
+        assert!(parse_merge("SELECT 1").unwrap().is_none());
+    }
+
+    #[test]
+    fn classify_sql_orders_clauses_and_fills_columns() {
+        let m = bound(
+            "MERGE INTO db.t USING src AS s ON t.id = s.id \
+             WHEN MATCHED AND s.v IS NULL THEN DELETE \
+             WHEN MATCHED THEN UPDATE SET v = s.v \
+             WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
+        );
+        let sql = classify_sql(&m, "target_rel", &["id".into(), "v".into()]).unwrap();
+        let delete = sql.find("THEN 2").unwrap();
+        let update = sql.find("THEN 3").unwrap();
+        let insert = sql.find("THEN 1").unwrap();
+        assert!(delete < update && update < insert, "{sql}");
+        assert!(sql.contains("RIGHT JOIN"), "{sql}");
+        assert!(
+            sql.contains("'id=' || COALESCE(CAST(\"t\".\"id\" AS VARCHAR), 'NULL')"),
+            "{sql}"
+        );
+    }
+
+    #[test]
+    fn unknown_columns_and_bad_inserts_are_named() {
+        let m = bound("MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET nope = 1");
+        let err = classify_sql(&m, "r", &["id".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("unknown column 'nope'"), "{err}");
+        let m = bound(
+            "MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED THEN INSERT (id, v) VALUES (1)",
+        );
+        let err = classify_sql(&m, "r", &["id".into(), "v".into()])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("2 column(s) but gives 1 value(s)"), "{err}");
+    }
+}

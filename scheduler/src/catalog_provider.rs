@@ -1,0 +1,206 @@
+//! The Iceberg catalog as DataFusion's catalog: namespaces are schemas,
+//! tables load as `IcebergTableProvider`s at their current snapshot, and
+//! `"t$snapshots"` / `"t$files"` are the system tables of table `t`.
+//! Tables registered by the session itself (`CREATE EXTERNAL TABLE`) live in
+//! memory beside the Iceberg tables of the same schema.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use async_trait::async_trait;
+use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider};
+use datafusion::datasource::TableProvider;
+use datafusion::error::{DataFusionError, Result};
+use iceberg::{Catalog, NamespaceIdent, TableIdent};
+use icemerge_executor::iceberg_err;
+use icemerge_planner::system_tables;
+
+use crate::table_provider::IcebergTableProvider;
+
+type LocalTables = Arc<RwLock<HashMap<String, HashMap<String, Arc<dyn TableProvider>>>>>;
+
+/// DataFusion view of the Iceberg catalog.
+#[derive(Debug)]
+pub struct IcebergCatalogProvider {
+    catalog: Arc<dyn Catalog>,
+    file_io_props: HashMap<String, String>,
+    local: LocalTables,
+    namespaces: RwLock<Vec<String>>,
+}
+
+impl IcebergCatalogProvider {
+    pub fn new(catalog: Arc<dyn Catalog>, file_io_props: HashMap<String, String>) -> Self {
+        Self {
+            catalog,
+            file_io_props,
+            local: Default::default(),
+            namespaces: Default::default(),
+        }
+    }
+
+    /// Re-reads the namespace list (used for `schema_names`).
+    pub async fn refresh(&self) -> Result<()> {
+        let names = self
+            .catalog
+            .list_namespaces(None)
+            .await
+            .map_err(iceberg_err)?
+            .into_iter()
+            .map(|ns| ns.to_url_string())
+            .collect();
+        *self.namespaces.write().expect("lock") = names;
+        Ok(())
+    }
+}
+
+impl CatalogProvider for IcebergCatalogProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema_names(&self) -> Vec<String> {
+        let mut names = self.namespaces.read().expect("lock").clone();
+        for name in self.local.read().expect("lock").keys() {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names.sort();
+        names
+    }
+
+    fn schema(&self, name: &str) -> Option<Arc<dyn SchemaProvider>> {
+        Some(Arc::new(IcebergSchemaProvider {
+            catalog: self.catalog.clone(),
+            namespace: name.to_string(),
+            file_io_props: self.file_io_props.clone(),
+            local: self.local.clone(),
+        }))
+    }
+}
+
+/// One namespace.
+#[derive(Debug)]
+pub struct IcebergSchemaProvider {
+    catalog: Arc<dyn Catalog>,
+    namespace: String,
+    file_io_props: HashMap<String, String>,
+    local: LocalTables,
+}
+
+impl IcebergSchemaProvider {
+    fn ident(&self, table: &str) -> Result<TableIdent> {
+        let ns = NamespaceIdent::from_strs(self.namespace.split('.')).map_err(iceberg_err)?;
+        Ok(TableIdent::new(ns, table.to_string()))
+    }
+
+    fn local_table(&self, name: &str) -> Option<Arc<dyn TableProvider>> {
+        self.local
+            .read()
+            .expect("lock")
+            .get(&self.namespace)?
+            .get(name)
+            .cloned()
+    }
+
+    async fn load(&self, name: &str) -> Result<Option<iceberg::table::Table>> {
+        let ident = self.ident(name)?;
+        // A missing namespace reads as a missing table here (DataFusion also
+        // probes names that turn out to be table functions); the session
+        // names the missing namespace in its error.
+        if !self
+            .catalog
+            .namespace_exists(ident.namespace())
+            .await
+            .map_err(iceberg_err)?
+        {
+            return Ok(None);
+        }
+        if !self
+            .catalog
+            .table_exists(&ident)
+            .await
+            .map_err(iceberg_err)?
+        {
+            return Ok(None);
+        }
+        Ok(Some(
+            self.catalog.load_table(&ident).await.map_err(iceberg_err)?,
+        ))
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for IcebergSchemaProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn table_names(&self) -> Vec<String> {
+        self.local
+            .read()
+            .expect("lock")
+            .get(&self.namespace)
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        if let Some(local) = self.local_table(name) {
+            return Ok(Some(local));
+        }
+        if let Some((base, kind)) = name.rsplit_once('$') {
+            let Some(table) = self.load(base).await? else {
+                return Ok(None);
+            };
+            let batch = match kind {
+                "snapshots" => system_tables::snapshots_batch(&table)?,
+                "files" => system_tables::files_batch(&table).await?,
+                other => {
+                    return Err(DataFusionError::Plan(format!(
+                        "unknown system table '${other}' of '{base}': expected $snapshots or $files"
+                    )))
+                }
+            };
+            let mem = MemTable::try_new(batch.schema(), vec![vec![batch]])?;
+            return Ok(Some(Arc::new(mem)));
+        }
+        let Some(table) = self.load(name).await? else {
+            return Ok(None);
+        };
+        let qualified = format!("{}.{}", self.namespace, name);
+        Ok(Some(Arc::new(IcebergTableProvider::try_new(
+            qualified,
+            table,
+            self.file_io_props.clone(),
+        )?)))
+    }
+
+    fn register_table(
+        &self,
+        name: String,
+        table: Arc<dyn TableProvider>,
+    ) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(self
+            .local
+            .write()
+            .expect("lock")
+            .entry(self.namespace.clone())
+            .or_default()
+            .insert(name, table))
+    }
+
+    fn deregister_table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        Ok(self
+            .local
+            .write()
+            .expect("lock")
+            .get_mut(&self.namespace)
+            .and_then(|t| t.remove(name)))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.local_table(name).is_some()
+    }
+}

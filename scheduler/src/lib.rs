@@ -1,0 +1,21 @@
+//! icemerge-scheduler: the coordinator. Catalog access, the DataFusion view
+//! of the catalog, statement dispatch (`Session`), the engines (local and
+//! Ballista), the in-process cluster and the commit protocol.
+
+pub mod catalog;
+pub mod catalog_provider;
+pub mod catalog_swap;
+pub mod cluster;
+pub mod commit;
+pub mod engine;
+pub mod filter_pushdown;
+pub mod merge;
+pub mod overwrite_commit;
+pub mod session;
+pub mod shipped_plan;
+pub mod table_functions;
+pub mod table_provider;
+
+pub use catalog::{CatalogOptions, DEFAULT_CATALOG_NAME};
+pub use engine::EngineKind;
+pub use session::{Session, SessionOptions, StatementOutput};

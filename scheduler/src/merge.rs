@@ -1,0 +1,272 @@
+//! Running a `MERGE INTO`: plan the five-stage graph, run it on the engine,
+//! commit one snapshot.
+//!
+//! - A: target scan (row-id) — `IcebergScanExec` with `_file` / `_pos`, all
+//!   tasks reading the snapshot pinned at plan time;
+//! - B: source scan — whatever DataFusion plans for the USING relation;
+//! - C: join / classify — DataFusion's hash join (keys from the ON
+//!   equalities, the rest as join filter) and the classification projection
+//!   (`icemerge_planner::merge::classify_sql`);
+//! - D: writer — merge rows hash-partitioned by data file (inserts spread),
+//!   `CopyOnWriteWriterExec` per partition, which also fails the statement on
+//!   a duplicate match;
+//! - E: commit — here, after the job: `append` when the merge only inserted,
+//!   otherwise an `overwrite` snapshot; the pointer swap is a compare-and-swap.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::UInt64Type;
+use arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
+use iceberg::table::Table;
+use icemerge_executor::cleanup::{data_location, delete_files_with_prefix};
+use icemerge_executor::iceberg_err;
+use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
+use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
+
+use crate::table_provider::IcebergTableProvider;
+
+/// A planned MERGE, ready to run or to explain.
+pub struct PlannedMerge {
+    pub bound: BoundMerge,
+    pub base: Table,
+    pub table_name: String,
+    pub write_id: String,
+    /// The whole physical plan, rooted at the writer.
+    pub plan: Arc<dyn ExecutionPlan>,
+}
+
+/// What a MERGE did.
+#[derive(Debug, Default, Clone)]
+pub struct MergeOutcome {
+    pub stats: BTreeMap<String, u64>,
+    pub added: Vec<DataFile>,
+    pub removed: Vec<String>,
+}
+
+impl MergeOutcome {
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// Plans `merge` against `base` (the target at its current snapshot).
+pub async fn plan_merge(
+    ctx: &datafusion::prelude::SessionContext,
+    merge: datafusion::sql::sqlparser::ast::Merge,
+    base: Table,
+    table_name: String,
+    file_io_props: std::collections::HashMap<String, String>,
+    writers: usize,
+) -> Result<PlannedMerge> {
+    let bound = bind_merge(merge)?;
+    let provider =
+        IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?;
+    let columns: Vec<String> = provider
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let relation = format!("__icemerge_target_{}", uuid::Uuid::new_v4().simple());
+    ctx.register_table(relation.as_str(), Arc::new(provider.with_row_ids()))?;
+    let planned = async {
+        let sql = classify_sql(&bound, &relation, &columns)?;
+        let logical = ctx
+            .state()
+            .create_logical_plan(&sql)
+            .await
+            .map_err(|e| explain_bind_error(e, &bound))?;
+        let physical = ctx.state().create_physical_plan(&logical).await?;
+        check_join_keys(&physical, &bound)?;
+        Ok::<_, DataFusionError>(physical)
+    }
+    .await;
+    ctx.deregister_table(relation.as_str())?;
+    let classified = planned?;
+
+    // Stage D's input: every merge row of one data file goes to one writer;
+    // inserts (no file) are spread by the route column.
+    let route = classified.schema().index_of("__icemerge_route")?;
+    let exchange = Arc::new(RepartitionExec::try_new(
+        classified,
+        Partitioning::Hash(
+            vec![Arc::new(Column::new("__icemerge_route", route))],
+            writers.max(1),
+        ),
+    )?);
+    let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
+    let writer = Arc::new(CopyOnWriteWriterExec::new(
+        table_name.clone(),
+        base.metadata_ref(),
+        file_io_props,
+        write_id.clone(),
+        exchange,
+    ));
+    Ok(PlannedMerge {
+        bound,
+        base,
+        table_name,
+        write_id,
+        plan: writer,
+    })
+}
+
+/// DataFusion's binding errors, said in MERGE's terms.
+fn explain_bind_error(e: DataFusionError, bound: &BoundMerge) -> DataFusionError {
+    let message = e.to_string();
+    if message.contains("__icemerge_target_") {
+        let cleaned = message.replace("__icemerge_target_", "target ");
+        return DataFusionError::Plan(format!("MERGE INTO {}: {cleaned}", bound.target.join(".")));
+    }
+    e
+}
+
+/// ON must hold at least one equality between a target and a source
+/// expression: those are the hash keys (the join is then a hash join).
+fn check_join_keys(plan: &Arc<dyn ExecutionPlan>, bound: &BoundMerge) -> Result<()> {
+    let mut equi_join = false;
+    plan.apply(|node| {
+        if matches!(
+            node.name(),
+            "HashJoinExec" | "SortMergeJoinExec" | "SymmetricHashJoinExec"
+        ) {
+            equi_join = true;
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match equi_join {
+        true => Ok(()),
+        false => Err(DataFusionError::Plan(format!(
+            "MERGE: the ON condition ({}) has no equality between a target column and a source \
+             expression; one is needed to match rows (e.g. ON t.id = s.id)",
+            bound.merge.on
+        ))),
+    }
+}
+
+/// Reads the writers' fragments: added files, removed paths, counters.
+pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeOutcome> {
+    let metadata = base.metadata();
+    let spec = metadata.default_partition_spec();
+    let mut outcome = MergeOutcome::default();
+    let mut removed = HashSet::new();
+    for batch in batches {
+        let kinds = batch.column(0).as_string::<i32>();
+        let values = batch.column(1).as_string::<i32>();
+        let counts = batch.column(2).as_primitive::<UInt64Type>();
+        for i in 0..batch.num_rows() {
+            match kinds.value(i) {
+                "added" => outcome.added.push(
+                    deserialize_data_file_from_json(
+                        values.value(i),
+                        spec.spec_id(),
+                        metadata.default_partition_type(),
+                        metadata.current_schema(),
+                    )
+                    .map_err(iceberg_err)?,
+                ),
+                "removed" => {
+                    let path = values.value(i).to_string();
+                    if !removed.insert(path.clone()) {
+                        return Err(DataFusionError::Internal(format!(
+                            "MERGE: data file {path} was rewritten by two writers"
+                        )));
+                    }
+                    outcome.removed.push(path);
+                }
+                _ if !counts.is_null(i) => {
+                    *outcome
+                        .stats
+                        .entry(values.value(i).to_string())
+                        .or_default() += counts.value(i);
+                }
+                _ => {}
+            }
+        }
+    }
+    outcome
+        .stats
+        .insert("files_added".into(), outcome.added.len() as u64);
+    outcome
+        .stats
+        .insert("files_removed".into(), outcome.removed.len() as u64);
+    Ok(outcome)
+}
+
+/// Commits a merge's outcome; returns the new snapshot id (None: no change).
+pub async fn commit_merge(
+    catalog: &crate::catalog::OpenCatalog,
+    catalog_uri: &str,
+    planned: &PlannedMerge,
+    outcome: &MergeOutcome,
+) -> Result<Option<i64>> {
+    use crate::overwrite_commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
+    if outcome.added.is_empty() && outcome.removed.is_empty() {
+        return Ok(None);
+    }
+    let mut summary = std::collections::HashMap::new();
+    for (k, v) in &outcome.stats {
+        summary.insert(format!("icemerge.{k}"), v.to_string());
+    }
+    let operation = if outcome.removed.is_empty() {
+        Operation::Append
+    } else {
+        Operation::Overwrite
+    };
+    let commit = OverwriteCommit {
+        added: outcome.added.clone(),
+        removed: outcome.removed.iter().cloned().collect(),
+        summary,
+        operation,
+    };
+    match commit_overwrite(catalog_uri, &catalog.name, &planned.base, commit).await? {
+        CommitOutcome::Committed { snapshot_id } => Ok(Some(snapshot_id)),
+        CommitOutcome::NothingToCommit => Ok(None),
+    }
+}
+
+/// Deletes the files of this merge that are not part of the commit: all of
+/// them after a failure, those of discarded task attempts after a success.
+pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
+    let location = data_location(planned.base.metadata());
+    let keep: HashSet<&str> = keep.iter().map(|f| f.file_path()).collect();
+    let Some(root) = icemerge_executor::cleanup::local_path(&location) else {
+        return 0;
+    };
+    if keep.is_empty() {
+        return delete_files_with_prefix(&location, &planned.write_id);
+    }
+    // Walk and delete only the files with our prefix that were not committed.
+    let mut deleted = 0;
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = entry.file_name().to_string_lossy().to_string();
+            let committed = keep.iter().any(|k| k.ends_with(&format!("/{name}")));
+            if name.starts_with(&planned.write_id)
+                && !committed
+                && std::fs::remove_file(&path).is_ok()
+            {
+                deleted += 1;
+            }
+        }
+    }
+    deleted
+}

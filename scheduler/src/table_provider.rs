@@ -1,0 +1,228 @@
+//! `IcebergTableProvider`: an Iceberg table as a DataFusion table. A provider
+//! pins the snapshot that was current when the table was loaded; its scan
+//! plans the files (pruned by the pushed filters) into an `IcebergScanExec`
+//! and its `insert_into` plans an `IcebergWriteExec` whose output the
+//! coordinator commits.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow::datatypes::SchemaRef;
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
+use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::table::Table;
+use icemerge_executor::iceberg_err;
+use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
+use icemerge_executor::write_exec::IcebergWriteExec;
+
+use crate::filter_pushdown::to_iceberg_predicate;
+
+/// One Iceberg table at one snapshot.
+#[derive(Debug, Clone)]
+pub struct IcebergTableProvider {
+    pub name: String,
+    pub table: Table,
+    pub schema: SchemaRef,
+    pub file_io_props: HashMap<String, String>,
+    /// Scans also emit the row id columns `_file` and `_pos` (MERGE target).
+    pub row_ids: bool,
+}
+
+impl IcebergTableProvider {
+    pub fn try_new(
+        name: String,
+        table: Table,
+        file_io_props: HashMap<String, String>,
+    ) -> Result<Self> {
+        let schema = table.metadata().current_schema();
+        let arrow = schema_to_arrow_schema(schema).map_err(iceberg_err)?;
+        let arrow = iceberg::arrow::strip_metadata_from_schema(&arrow).map_err(iceberg_err)?;
+        Ok(Self {
+            name,
+            table,
+            schema: Arc::new(arrow),
+            file_io_props,
+            row_ids: false,
+        })
+    }
+
+    /// The same table with `_file` (Utf8) and `_pos` (Int64) after its columns.
+    pub fn with_row_ids(mut self) -> Self {
+        let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            "_file",
+            arrow::datatypes::DataType::Utf8,
+            false,
+        )));
+        fields.push(Arc::new(arrow::datatypes::Field::new(
+            "_pos",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )));
+        self.schema = Arc::new(arrow::datatypes::Schema::new(fields));
+        self.row_ids = true;
+        self
+    }
+
+    /// Plans the scan of `columns` with `filters` pushed into file pruning.
+    pub async fn plan_scan(
+        &self,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+        target_partitions: usize,
+    ) -> Result<IcebergScanExec> {
+        if let (true, Some(p)) = (self.row_ids, projection) {
+            let n = self.schema.fields().len();
+            if p.len() < 2 || p[p.len() - 2..] != [n - 2, n - 1] {
+                return Err(DataFusionError::Internal(format!(
+                    "row-id scan of {} must project _file and _pos last, got {p:?}",
+                    self.name
+                )));
+            }
+        }
+        let schema = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        let data_fields = schema.fields().len() - if self.row_ids { 2 } else { 0 };
+        let columns: Vec<String> = schema.fields()[..data_fields]
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let predicate = to_iceberg_predicate(filters);
+        let predicate_text = predicate
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        let row_ids = self.row_ids;
+        let finish = move |exec: IcebergScanExec| if row_ids { exec.with_row_ids() } else { exec };
+        let Some(snapshot) = self.table.metadata().current_snapshot() else {
+            return Ok(finish(IcebergScanExec::new(
+                self.name.clone(),
+                schema,
+                self.file_io_props.clone(),
+                vec![],
+                0,
+                predicate_text,
+                limit,
+            )));
+        };
+        let mut builder = self.table.scan().snapshot_id(snapshot.snapshot_id());
+        if self.row_ids {
+            // Positions count every row of a file: no row-level filtering.
+            builder = builder
+                .with_row_group_filtering_enabled(false)
+                .with_row_selection_enabled(false);
+        }
+        builder = if columns.is_empty() {
+            builder.select_empty()
+        } else {
+            builder.select(columns)
+        };
+        if let Some(p) = predicate {
+            builder = builder.with_filter(p);
+        }
+        let scan = builder.build().map_err(iceberg_err)?;
+        let tasks: Vec<_> = scan
+            .plan_files()
+            .await
+            .map_err(iceberg_err)?
+            .map_ok(move |mut task| {
+                if row_ids {
+                    // The predicate only prunes files: every row keeps its position.
+                    task.predicate = None;
+                }
+                // Partition structs do not serialize; the reader does not need them
+                // because our data files carry every column.
+                task.partition = None;
+                task.partition_spec = None;
+                task.name_mapping = None;
+                task
+            })
+            .try_collect()
+            .await
+            .map_err(iceberg_err)?;
+        let total_files = snapshot
+            .summary()
+            .additional_properties
+            .get("total-data-files")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(tasks.len() as u64);
+        let pruned = total_files.saturating_sub(tasks.len() as u64);
+        Ok(finish(IcebergScanExec::new(
+            self.name.clone(),
+            schema,
+            self.file_io_props.clone(),
+            bin_pack(tasks, target_partitions),
+            pruned,
+            predicate_text,
+            limit,
+        )))
+    }
+}
+
+#[async_trait]
+impl TableProvider for IcebergTableProvider {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let target = state.config().target_partitions();
+        // A limit is only safe to apply in the scan when no filter remains above it.
+        let limit = if filters.is_empty() { limit } else { None };
+        Ok(Arc::new(
+            self.plan_scan(projection, filters, limit, target).await?,
+        ))
+    }
+
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return Err(DataFusionError::NotImplemented(format!(
+                "{insert_op} into an Iceberg table is not supported; use INSERT INTO or MERGE"
+            )));
+        }
+        Ok(Arc::new(IcebergWriteExec::new(
+            self.name.clone(),
+            self.table.metadata_ref(),
+            self.file_io_props.clone(),
+            uuid::Uuid::new_v4().simple().to_string(),
+            input,
+        )))
+    }
+}

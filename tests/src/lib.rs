@@ -1,0 +1,179 @@
+//! Shared helpers for icemerge's end-to-end tests: sessions on a fresh
+//! warehouse for each engine, the sqllogictest adapter, and result helpers.
+
+use std::path::{Path, PathBuf};
+
+use arrow::array::Array;
+use arrow::datatypes::DataType;
+use arrow::record_batch::RecordBatch;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
+use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions, StatementOutput};
+use sqllogictest::{DBOutput, DefaultColumnType};
+
+/// Both engines, for tests that must pass on each.
+pub const ENGINES: [EngineKind; 2] = [EngineKind::Local, EngineKind::Cluster];
+
+/// Opens a session on `warehouse` with `engine` (a cluster of 2 executors).
+pub async fn open_session(warehouse: &Path, engine: EngineKind) -> Session {
+    Session::open(SessionOptions {
+        catalog: CatalogOptions {
+            warehouse: warehouse.to_path_buf(),
+            catalog_uri: None,
+        },
+        engine,
+        executors: Some(2),
+        target_partitions: Some(4),
+    })
+    .await
+    .expect("open session")
+}
+
+/// Renders every row of `batches` as strings (NULL as "NULL").
+pub fn rows_as_strings(batches: &[RecordBatch]) -> Vec<Vec<String>> {
+    let options = FormatOptions::default().with_null("NULL");
+    let mut rows = vec![];
+    for batch in batches {
+        let formatters: Vec<_> = batch
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).expect("formatter"))
+            .collect();
+        for row in 0..batch.num_rows() {
+            rows.push(
+                formatters
+                    .iter()
+                    .zip(batch.columns())
+                    .map(|(f, col)| {
+                        let s = f.value(row).to_string();
+                        if !col.is_null(row)
+                            && s.is_empty()
+                            && matches!(col.data_type(), DataType::Utf8)
+                        {
+                            "(empty)".to_string()
+                        } else {
+                            s
+                        }
+                    })
+                    .collect(),
+            );
+        }
+    }
+    rows
+}
+
+/// Runs `sql` (one statement) and returns its rows as strings.
+pub async fn query(session: &Session, sql: &str) -> Vec<Vec<String>> {
+    match session
+        .execute_one(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    {
+        StatementOutput::Rows { batches, .. } => rows_as_strings(&batches),
+        StatementOutput::Done { .. } => vec![],
+    }
+}
+
+/// sqllogictest adapter over a `Session`.
+pub struct SltSession(pub std::sync::Arc<Session>);
+
+/// Error type the sqllogictest runner sees.
+#[derive(Debug)]
+pub struct SltError(pub String);
+
+impl std::fmt::Display for SltError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SltError {}
+
+impl From<DataFusionError> for SltError {
+    fn from(e: DataFusionError) -> Self {
+        SltError(e.to_string())
+    }
+}
+
+fn column_type(data_type: &DataType) -> DefaultColumnType {
+    match data_type {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::Int64
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::UInt32
+        | DataType::UInt64 => DefaultColumnType::Integer,
+        DataType::Float16 | DataType::Float32 | DataType::Float64 | DataType::Decimal128(_, _) => {
+            DefaultColumnType::FloatingPoint
+        }
+        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => DefaultColumnType::Text,
+        _ => DefaultColumnType::Any,
+    }
+}
+
+#[async_trait::async_trait]
+impl sqllogictest::AsyncDB for SltSession {
+    type Error = SltError;
+    type ColumnType = DefaultColumnType;
+
+    async fn run(&mut self, sql: &str) -> Result<DBOutput<DefaultColumnType>, SltError> {
+        match self.0.execute_one(sql).await? {
+            StatementOutput::Rows { schema, batches } => {
+                let types = schema
+                    .fields()
+                    .iter()
+                    .map(|f| column_type(f.data_type()))
+                    .collect();
+                let rows = rows_as_strings(&batches);
+                Ok(DBOutput::Rows { types, rows })
+            }
+            StatementOutput::Done { .. } => Ok(DBOutput::StatementComplete(0)),
+        }
+    }
+
+    async fn shutdown(&mut self) {}
+
+    fn engine_name(&self) -> &str {
+        "icemerge"
+    }
+
+    async fn sleep(dur: std::time::Duration) {
+        tokio::time::sleep(dur).await
+    }
+}
+
+/// The Python interpreter with PyIceberg installed: `$ICEMERGE_PYTHON`, else
+/// the workspace's `.venv` (made by `./test.sh`).
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("ICEMERGE_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    assert!(
+        venv.exists(),
+        "interop tests need Python with PyIceberg: run ./test.sh (it creates .venv) or set ICEMERGE_PYTHON"
+    );
+    venv
+}
+
+/// Runs a script in `tests/python/` and parses its last stdout line as JSON.
+pub fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("python")
+        .join(script);
+    let out = std::process::Command::new(python())
+        .arg(&path)
+        .args(args)
+        .output()
+        .expect("run python");
+    assert!(
+        out.status.success(),
+        "{script} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{script}: bad JSON {last:?}: {e}"))
+}

@@ -1,0 +1,113 @@
+//! The distributed Iceberg scan: file pruning from pushed filters (asserted
+//! from the scan's own metrics) on both engines, and on the cluster engine a
+//! scan of many files that runs as several tasks on at least two executors.
+
+use std::collections::BTreeSet;
+
+use icemerge_scheduler::EngineKind;
+use icemerge_tests::{open_session, query, ENGINES};
+
+/// A table of `files` data files, file `f` holding ids `f*100 .. f*100+9`.
+async fn table_with_files(session: &icemerge_scheduler::Session, files: usize) {
+    session
+        .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, part STRING, v DOUBLE)")
+        .await
+        .unwrap();
+    for f in 0..files {
+        let sql = format!(
+            "INSERT INTO db.t SELECT {f} * 100 + value, 'p{f}', value * 1.5 FROM generate_series(0, 9)"
+        );
+        session.execute(&sql).await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn filters_prune_files_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        table_with_files(&session, 6).await;
+
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.t").await,
+            vec![vec!["60"]]
+        );
+        assert_eq!(
+            session.last_metrics().get("files_scanned"),
+            6,
+            "{engine:?}: full scan reads every file"
+        );
+
+        let rows = query(&session, "SELECT id, part FROM db.t WHERE id = 305").await;
+        assert_eq!(rows, vec![vec!["305", "p3"]]);
+        assert_eq!(
+            session.last_metrics().get("files_scanned"),
+            1,
+            "{engine:?}: id = 305 reads one file"
+        );
+
+        let rows = query(&session, "SELECT count(*) FROM db.t WHERE id >= 400").await;
+        assert_eq!(rows, vec![vec!["20"]]);
+        assert_eq!(
+            session.last_metrics().get("files_scanned"),
+            2,
+            "{engine:?}: id >= 400 reads two files"
+        );
+
+        let rows = query(&session, "SELECT count(*) FROM db.t WHERE id > 10000").await;
+        assert_eq!(rows, vec![vec!["0"]]);
+        assert_eq!(
+            session.last_metrics().get("files_scanned"),
+            0,
+            "{engine:?}: no file can match"
+        );
+
+        // A filter iceberg cannot use still filters correctly (DataFusion re-applies it).
+        let rows = query(
+            &session,
+            "SELECT count(*) FROM db.t WHERE part LIKE 'p1%' OR v > 13",
+        )
+        .await;
+        assert_eq!(rows, vec![vec!["14"]]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster_scan_runs_as_several_tasks_on_two_executors() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    table_with_files(&session, 8).await;
+
+    let rows = query(
+        &session,
+        "SELECT part, count(*), sum(id) FROM db.t GROUP BY part ORDER BY part",
+    )
+    .await;
+    assert_eq!(rows.len(), 8);
+    assert_eq!(rows[3], vec!["p3", "10", "3045"]);
+
+    let cluster = session.cluster().expect("cluster engine");
+    let job = session.last_job_id().expect("a Ballista job ran");
+    let tasks = cluster.ledger.tasks_of(&job);
+    let executors: BTreeSet<_> = tasks.iter().map(|t| t.executor_id.clone()).collect();
+    let stages: BTreeSet<_> = tasks.iter().map(|t| t.stage_id).collect();
+    assert!(
+        executors.len() >= 2,
+        "tasks ran on {} executor(s): {tasks:?}",
+        executors.len()
+    );
+    assert!(
+        stages.len() >= 2,
+        "the aggregation runs as more than one stage"
+    );
+    let scan_tasks = tasks
+        .iter()
+        .filter(|t| {
+            t.metrics
+                .iter()
+                .any(|m| m.sum_by_name("files_scanned").is_some())
+        })
+        .count();
+    assert!(scan_tasks >= 2, "the scan ran as {scan_tasks} task(s)");
+    assert_eq!(session.last_metrics().get("files_scanned"), 8);
+}

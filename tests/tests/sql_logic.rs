@@ -1,0 +1,59 @@
+//! Runs every sqllogictest file in `tests/slt/` on both engines (local and an
+//! in-process cluster of 2 executors), each file on a fresh warehouse.
+//! `$DATA_DIR` in a file is `tests/data/`; `$WAREHOUSE` the file's warehouse.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use icemerge_scheduler::EngineKind;
+use icemerge_tests::{open_session, SltSession};
+
+fn slt_files() -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slt");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("tests/slt")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .slt files in {}", dir.display());
+    files
+}
+
+async fn run_all(engine: EngineKind) {
+    let data_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data");
+    let mut failures = vec![];
+    for file in slt_files() {
+        let warehouse = tempfile::tempdir().expect("tempdir");
+        let session = Arc::new(open_session(warehouse.path(), engine).await);
+        let mut runner = sqllogictest::Runner::new(move || {
+            let session = session.clone();
+            async move { Ok(SltSession(session)) }
+        });
+        runner.add_label(match engine {
+            EngineKind::Local => "local",
+            EngineKind::Cluster => "cluster",
+        });
+        runner.set_var("DATA_DIR".into(), data_dir.display().to_string());
+        runner.set_var("WAREHOUSE".into(), warehouse.path().display().to_string());
+        if let Err(e) = runner.run_file_async(&file).await {
+            failures.push(format!("{} [{engine:?}]: {e}", file.display()));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} file(s) failed:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_logic_local() {
+    run_all(EngineKind::Local).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_logic_cluster() {
+    run_all(EngineKind::Cluster).await;
+}

@@ -145,6 +145,11 @@ fn read_stdin() -> anyhow::Result<String> {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
+    // Diagnostics go to stderr, off unless ICEMERGE_LOG is set (e.g. "info").
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_env("ICEMERGE_LOG"))
+        .with_writer(std::io::stderr)
+        .init();
     let args = Args::parse();
     let printer = Printer {
         format: args.format,

@@ -7,6 +7,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
+use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpcServer;
 use ballista_core::serde::protobuf::ExecutorRegistration;
@@ -138,7 +139,7 @@ impl InProcessCluster {
     }
 
     pub fn scheduler_url(&self) -> String {
-        format!("http://localhost:{}", self.scheduler_addr.port())
+        format!("http://127.0.0.1:{}", self.scheduler_addr.port())
     }
 }
 
@@ -157,7 +158,10 @@ async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
         "icemerge-scheduler".to_string(),
         cluster,
         codec(),
-        Arc::new(SchedulerConfig::default()),
+        // In-process executors poll for work (pull-staged scheduling).
+        Arc::new(
+            SchedulerConfig::default().with_scheduler_policy(TaskSchedulingPolicy::PullStaged),
+        ),
         default_metrics_collector().map_err(ballista_err)?,
     );
     server.init().await.map_err(ballista_err)?;
@@ -191,7 +195,7 @@ async fn start_executor(
     let id = uuid::Uuid::new_v4().to_string();
     let registration = ExecutorRegistration {
         id: id.clone(),
-        host: Some("localhost".to_string()),
+        host: Some("127.0.0.1".to_string()),
         port: address.port() as u32,
         grpc_port: 0,
         specification: Some(

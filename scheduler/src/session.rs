@@ -123,7 +123,10 @@ fn cores() -> usize {
 
 /// The DataFusion settings icemerge runs with, on every engine.
 pub fn session_config(target_partitions: usize) -> SessionConfig {
+    // Broadcast promotion of joins is off: it is unsafe for outer joins,
+    // which MERGE relies on.
     let mut config = SessionConfig::new_with_ballista()
+        .with_ballista_broadcast_join_threshold_bytes(0)
         .with_target_partitions(target_partitions)
         .with_information_schema(true)
         .with_default_catalog_and_schema(crate::catalog::DEFAULT_CATALOG_NAME, DEFAULT_NAMESPACE)

@@ -68,7 +68,7 @@ async fn filters_prune_files_on_both_engines() {
             "SELECT count(*) FROM db.t WHERE part LIKE 'p1%' OR v > 13",
         )
         .await;
-        assert_eq!(rows, vec![vec!["14"]]);
+        assert_eq!(rows, vec![vec!["15"]]);
     }
 }
 

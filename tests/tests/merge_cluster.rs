@@ -1,0 +1,67 @@
+//! MERGE on the in-process cluster: a merge over a table of 8 data files
+//! runs its tasks on at least two executors, and its writer stage runs as
+//! several tasks (asserted from the executors' task ledger).
+
+use std::collections::BTreeSet;
+
+use icemerge_scheduler::EngineKind;
+use icemerge_tests::{open_session, query};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn merge_over_eight_files_runs_on_two_executors_with_several_writer_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    session
+        .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT)")
+        .await
+        .unwrap();
+    for f in 0..8 {
+        let sql =
+            format!("INSERT INTO db.t SELECT {f} * 100 + value, 0 FROM generate_series(0, 49)");
+        session.execute(&sql).await.unwrap();
+    }
+    // One matched row in every file, plus 3 new rows.
+    let rows = query(
+        &session,
+        "MERGE INTO db.t USING (SELECT value * 100 + 7 AS id FROM generate_series(0, 7)
+                               UNION ALL SELECT 1000 + value FROM generate_series(1, 3)) AS s
+         ON t.id = s.id
+         WHEN MATCHED THEN UPDATE SET v = 1
+         WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 2)",
+    )
+    .await;
+    // count, updated, deleted, inserted, copied, files_scanned, files_removed
+    assert_eq!(&rows[0][..7], &["11", "8", "0", "3", "392", "8", "8"]);
+
+    let cluster = session.cluster().expect("cluster engine");
+    let job = session
+        .last_job_id()
+        .expect("the merge ran as a Ballista job");
+    let tasks = cluster.ledger.tasks_of(&job);
+    let executors: BTreeSet<_> = tasks.iter().map(|t| t.executor_id.clone()).collect();
+    assert!(
+        executors.len() >= 2,
+        "merge tasks ran on {} executor(s)",
+        executors.len()
+    );
+    let writer_tasks: Vec<_> = tasks
+        .iter()
+        .filter(|t| {
+            t.metrics
+                .iter()
+                .any(|m| m.sum_by_name("rows_copied").is_some())
+        })
+        .collect();
+    assert!(
+        writer_tasks.len() >= 2,
+        "writer stage ran as {} task(s)",
+        writer_tasks.len()
+    );
+    let writer_stages: BTreeSet<_> = writer_tasks.iter().map(|t| t.stage_id).collect();
+    assert_eq!(writer_stages.len(), 1, "the writer is one stage");
+
+    assert_eq!(
+        query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+        vec![vec!["403", "14"]]
+    );
+}

@@ -21,6 +21,8 @@ use arrow::datatypes::UInt64Type;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
@@ -130,26 +132,40 @@ fn explain_bind_error(e: DataFusionError, bound: &BoundMerge) -> DataFusionError
 }
 
 /// ON must hold at least one equality between a target and a source
-/// expression: those are the hash keys (the join is then a hash join).
-fn check_join_keys(plan: &Arc<dyn ExecutionPlan>, bound: &BoundMerge) -> Result<()> {
+/// expression: those are the hash keys. Checked on the bound (unoptimized)
+/// plan, so that a source the optimizer can prove empty is still judged by
+/// what the statement says.
+fn check_join_keys(plan: &LogicalPlan, bound: &BoundMerge) -> Result<()> {
     let mut equi_join = false;
     plan.apply(|node| {
-        if matches!(
-            node.name(),
-            "HashJoinExec" | "SortMergeJoinExec" | "SymmetricHashJoinExec"
-        ) {
-            equi_join = true;
+        if let LogicalPlan::Join(join) = node {
+            let (left, right) = (join.left.schema(), join.right.schema());
+            let sides = |e: &Expr| {
+                let cols = e.column_refs();
+                let in_left = !cols.is_empty() && cols.iter().all(|c| left.has_column(c));
+                let in_right = !cols.is_empty() && cols.iter().all(|c| right.has_column(c));
+                (in_left, in_right)
+            };
+            let is_key = |e: &Expr| match e {
+                Expr::BinaryExpr(BinaryExpr { left: l, op: Operator::Eq, right: r }) => {
+                    let ((ll, lr), (rl, rr)) = (sides(l), sides(r));
+                    (ll && rr) || (lr && rl)
+                }
+                _ => false,
+            };
+            equi_join = !join.on.is_empty() || join.filter.as_ref().is_some_and(|f| split_conjunction(f).into_iter().any(is_key));
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    match equi_join {
-        true => Ok(()),
-        false => Err(DataFusionError::Plan(format!(
+    if equi_join {
+        Ok(())
+    } else {
+        Err(DataFusionError::Plan(format!(
             "MERGE: the ON condition ({}) has no equality between a target column and a source \
              expression; one is needed to match rows (e.g. ON t.id = s.id)",
             bound.merge.on
-        ))),
+        )))
     }
 }
 

@@ -18,23 +18,15 @@ Both actions open the same SQLite catalog icemerge uses (catalog name
 Entry status is Iceberg's manifest entry status: 0 existing, 1 added, 2 deleted.
 """
 import argparse
-import datetime
-import decimal
 import glob
 import importlib
 import json
 import os
 import sqlite3
 
+from pyiceberg_interop import catalog, jsonable
+
 CATALOG = "icemerge"
-
-
-def jsonable(v):
-    if isinstance(v, (datetime.date, datetime.datetime)):
-        return v.isoformat()
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    return v
 
 
 def split_table(name):
@@ -43,15 +35,7 @@ def split_table(name):
 
 
 def pyiceberg_view(args):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    warehouse = os.path.abspath(args.warehouse)
-    cat = SqlCatalog(
-        CATALOG,
-        uri=f"sqlite:///{warehouse}/catalog.db",
-        warehouse=f"file://{warehouse}",
-    )
-    table = cat.load_table(args.table)
+    table = catalog(args.warehouse).load_table(args.table)
     rows = table.scan().to_arrow().to_pylist()
     rows = sorted(
         ({k: jsonable(v) for k, v in r.items()} for r in rows),

@@ -53,7 +53,10 @@ struct Args {
 
 async fn session(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<Session> {
     Ok(Session::open(SessionOptions {
-        catalog: CatalogOptions { warehouse: warehouse.to_path_buf(), catalog_uri: None },
+        catalog: CatalogOptions {
+            warehouse: warehouse.to_path_buf(),
+            catalog_uri: None,
+        },
         engine,
         executors: Some(executors),
         target_partitions: None,
@@ -97,15 +100,30 @@ const UPSERT: &str = "MERGE INTO db.t USING read_parquet('{source}') AS s ON t.i
     WHEN NOT MATCHED THEN INSERT *";
 
 /// One fresh table, one timed merge; returns seconds and the result row.
-async fn icemerge_run(args: &Args, dir: &Path, engine: EngineKind, run: usize) -> Result<(f64, String)> {
+async fn icemerge_run(
+    args: &Args,
+    dir: &Path,
+    engine: EngineKind,
+    run: usize,
+) -> Result<(f64, String)> {
     let warehouse = dir.join(format!("wh-{engine:?}-{run}"));
     let s = session(&warehouse, engine, args.executors).await?;
-    s.execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, amt DOUBLE, qty BIGINT, note STRING)").await?;
+    s.execute(
+        "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, amt DOUBLE, qty BIGINT, note STRING)",
+    )
+    .await?;
     for f in 0..args.files {
         let path = dir.join("target").join(format!("part-{f:03}.parquet"));
-        s.execute_one(&format!("INSERT INTO db.t SELECT * FROM read_parquet('{}')", path.display())).await?;
+        s.execute_one(&format!(
+            "INSERT INTO db.t SELECT * FROM read_parquet('{}')",
+            path.display()
+        ))
+        .await?;
     }
-    let sql = UPSERT.replace("{source}", &dir.join("source.parquet").display().to_string());
+    let sql = UPSERT.replace(
+        "{source}",
+        &dir.join("source.parquet").display().to_string(),
+    );
     let start = Instant::now();
     let out = s.execute_one(&sql).await?;
     let secs = start.elapsed().as_secs_f64();
@@ -122,13 +140,25 @@ async fn icemerge_run(args: &Args, dir: &Path, engine: EngineKind, run: usize) -
 
 fn arrow_row(batches: &[arrow::record_batch::RecordBatch]) -> Option<String> {
     let batch = batches.first()?;
-    let names: Vec<String> = batch.schema().fields().iter().map(|f| f.name().clone()).collect();
+    let names: Vec<String> = batch
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
     let values: Vec<String> = batch
         .columns()
         .iter()
         .map(|c| arrow::util::display::array_value_to_string(c.as_ref(), 0).unwrap_or_default())
         .collect();
-    Some(names.iter().zip(values).map(|(n, v)| format!("{n}={v}")).collect::<Vec<_>>().join(" "))
+    Some(
+        names
+            .iter()
+            .zip(values)
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect::<Vec<_>>()
+            .join(" "),
+    )
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -143,7 +173,10 @@ fn run_peers(args: &Args, dir: &Path) -> Result<Vec<(String, f64)>> {
     let out = std::process::Command::new(&args.python)
         .arg(&args.peers_script)
         .args(["--target", &dir.join("target").display().to_string()])
-        .args(["--source", &dir.join("source.parquet").display().to_string()])
+        .args([
+            "--source",
+            &dir.join("source.parquet").display().to_string(),
+        ])
         .args(["--keys", "id", "--case", "upsert", "--peers", &args.peers])
         .output()
         .context("running peers.py")?;
@@ -152,7 +185,8 @@ fn run_peers(args: &Args, dir: &Path) -> Result<Vec<(String, f64)>> {
     }
     let mut results = vec![];
     for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value = serde_json::from_str(line).with_context(|| format!("peers.py: {line}"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("peers.py: {line}"))?;
         if let (Some(peer), Some(secs)) = (v["peer"].as_str(), v["merge_seconds"].as_f64()) {
             eprintln!("  {peer}: {secs:.3}s, rows after {}", v["rows_after"]);
             results.push((peer.to_string(), secs));
@@ -172,11 +206,17 @@ async fn main() -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    eprintln!("generating {} rows in {} files, source {} matched + {} new ...", args.rows, args.files, args.matched, args.inserted);
+    eprintln!(
+        "generating {} rows in {} files, source {} matched + {} new ...",
+        args.rows, args.files, args.matched, args.inserted
+    );
     generate(&args, &dir).await?;
 
     let mut rows: Vec<(String, f64)> = vec![];
-    for (name, engine) in [("icemerge local", EngineKind::Local), ("icemerge cluster", EngineKind::Cluster)] {
+    for (name, engine) in [
+        ("icemerge local", EngineKind::Local),
+        ("icemerge cluster", EngineKind::Cluster),
+    ] {
         let mut times = vec![];
         for run in 0..args.runs {
             let (secs, summary) = icemerge_run(&args, &dir, engine, run).await?;

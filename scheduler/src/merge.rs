@@ -86,9 +86,8 @@ pub async fn plan_merge(
             .create_logical_plan(&sql)
             .await
             .map_err(|e| explain_bind_error(e, &bound))?;
-        let physical = ctx.state().create_physical_plan(&logical).await?;
-        check_join_keys(&physical, &bound)?;
-        Ok::<_, DataFusionError>(physical)
+        check_join_keys(&logical, &bound)?;
+        ctx.state().create_physical_plan(&logical).await
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
@@ -147,13 +146,21 @@ fn check_join_keys(plan: &LogicalPlan, bound: &BoundMerge) -> Result<()> {
                 (in_left, in_right)
             };
             let is_key = |e: &Expr| match e {
-                Expr::BinaryExpr(BinaryExpr { left: l, op: Operator::Eq, right: r }) => {
+                Expr::BinaryExpr(BinaryExpr {
+                    left: l,
+                    op: Operator::Eq,
+                    right: r,
+                }) => {
                     let ((ll, lr), (rl, rr)) = (sides(l), sides(r));
                     (ll && rr) || (lr && rl)
                 }
                 _ => false,
             };
-            equi_join = !join.on.is_empty() || join.filter.as_ref().is_some_and(|f| split_conjunction(f).into_iter().any(is_key));
+            equi_join = !join.on.is_empty()
+                || join
+                    .filter
+                    .as_ref()
+                    .is_some_and(|f| split_conjunction(f).into_iter().any(is_key));
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)

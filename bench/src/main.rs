@@ -82,9 +82,9 @@ async fn generate(args: &Args, dir: &Path) -> Result<()> {
     }
     let stride = (args.rows / args.matched.max(1)).max(1);
     s.execute_one(&format!(
-        "COPY (SELECT value * {stride} AS id, CAST(value AS DOUBLE) + 0.25 AS amt, 7 AS qty, 'updated' AS note \
+        "COPY (SELECT value * {stride} AS id, CAST(value AS DOUBLE) + 0.25 AS amt, 7 AS qty, nullif('updated', '') AS note \
          FROM generate_series(0, {}) \
-         UNION ALL SELECT {} + value AS id, 1.0 AS amt, 1 AS qty, 'new' AS note FROM generate_series(0, {})) \
+         UNION ALL SELECT {} + value AS id, 1.0 AS amt, 1 AS qty, nullif('new', '') AS note FROM generate_series(0, {})) \
          TO '{}' STORED AS PARQUET",
         args.matched - 1,
         args.rows,

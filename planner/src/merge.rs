@@ -296,6 +296,14 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// One WHEN clause as a CASE branch: when it acts, its operation, and the
+/// new value of every target column.
+struct Branch {
+    condition: String,
+    op: i8,
+    values: Vec<String>,
+}
+
 /// The classification query (see the module doc). `target_relation` is the
 /// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
 pub fn classify_sql(
@@ -317,7 +325,7 @@ pub fn classify_sql(
     let by_source = format!("({s}.{SOURCE_MARK} IS NULL)");
 
     let column_set: HashSet<&str> = columns.iter().map(String::as_str).collect();
-    let mut branches: Vec<(String, i8, Vec<String>)> = vec![]; // (condition, op, value per column)
+    let mut branches: Vec<Branch> = vec![];
     for (index, clause) in merge.clauses.iter().enumerate() {
         let guard = match clause.clause_kind {
             MergeClauseKind::Matched => &matched,
@@ -423,13 +431,17 @@ pub fn classify_sql(
                 (1, values)
             }
         };
-        branches.push((condition, op, values));
+        branches.push(Branch {
+            condition,
+            op,
+            values,
+        });
     }
 
-    let case = |pick: &dyn Fn(&(String, i8, Vec<String>)) -> String, otherwise: &str| {
+    let case = |pick: &dyn Fn(&Branch) -> String, otherwise: &str| {
         let mut sql = String::from("CASE");
         for branch in &branches {
-            sql.push_str(&format!(" WHEN {} THEN {}", branch.0, pick(branch)));
+            sql.push_str(&format!(" WHEN {} THEN {}", branch.condition, pick(branch)));
         }
         sql.push_str(&format!(" ELSE {otherwise} END"));
         sql
@@ -437,7 +449,7 @@ pub fn classify_sql(
     let mut select = vec![
         format!(
             "CAST({} AS TINYINT) AS __icemerge_op",
-            case(&|b| b.1.to_string(), "0")
+            case(&|b| b.op.to_string(), "0")
         ),
         format!("{t}._file AS _file"),
         format!("{t}._pos AS _pos"),
@@ -449,7 +461,7 @@ pub fn classify_sql(
     for (i, c) in columns.iter().enumerate() {
         select.push(format!(
             "{} AS {}",
-            case(&|b| b.2[i].clone(), "NULL"),
+            case(&|b| b.values[i].clone(), "NULL"),
             quote(c)
         ));
     }

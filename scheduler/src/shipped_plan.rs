@@ -101,19 +101,10 @@ impl UserDefinedLogicalNodeCore for ShippedPlanNode {
 }
 
 /// Logical codec: encodes `ShippedPlanNode`; everything else is Ballista's.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct IcemergeLogicalCodec {
     physical: IcemergePhysicalCodec,
     fallback: BallistaLogicalExtensionCodec,
-}
-
-impl Default for IcemergeLogicalCodec {
-    fn default() -> Self {
-        Self {
-            physical: IcemergePhysicalCodec::default(),
-            fallback: BallistaLogicalExtensionCodec::default(),
-        }
-    }
 }
 
 impl LogicalExtensionCodec for IcemergeLogicalCodec {

@@ -121,6 +121,9 @@ struct Case {
     /// One INSERT statement (so one data file) per inner vector; never empty.
     inserts: Vec<Vec<Row>>,
     source: Vec<Row>,
+    /// When `source` is empty: give it as a relation the optimizer can prove
+    /// empty (`WHERE 1 = 0`) rather than one it cannot (`WHERE random() < 0`).
+    foldable_empty_source: bool,
     clauses: Vec<Clause>,
 }
 
@@ -207,13 +210,18 @@ fn clause() -> impl Strategy<Value = Clause> {
 }
 
 fn case() -> impl Strategy<Value = Case> {
-    (target(), source(), prop::collection::vec(clause(), 1..=4)).prop_map(
-        |(inserts, source, clauses)| Case {
+    (
+        target(),
+        source(),
+        any::<bool>(),
+        prop::collection::vec(clause(), 1..=4),
+    )
+        .prop_map(|(inserts, source, foldable_empty_source, clauses)| Case {
             inserts,
             source,
+            foldable_empty_source,
             clauses,
-        },
-    )
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -316,13 +324,17 @@ fn clause_sql(clause: &Clause) -> String {
 
 /// An empty source relation of the source's shape.
 const EMPTY_SOURCE: &str = "SELECT * FROM (VALUES (CAST(NULL AS BIGINT), CAST(NULL AS INT), \
-     CAST(NULL AS VARCHAR))) AS e(id, v, s) WHERE random() < 0";
+     CAST(NULL AS VARCHAR))) AS e(id, v, s)";
 
 fn merge_sql(case: &Case) -> String {
     let source = if case.source.is_empty() {
         // `random() < 0` is always false but, unlike `1 = 0`, not folded away
         // by the optimizer (see `empty_source_the_optimizer_can_see`).
-        format!("({EMPTY_SOURCE}) AS src")
+        let filter = match case.foldable_empty_source {
+            true => "1 = 0",
+            false => "random() < 0",
+        };
+        format!("({EMPTY_SOURCE} WHERE {filter}) AS src")
     } else {
         format!("(VALUES {}) AS src(id, v, s)", sql_values(&case.source))
     };
@@ -677,7 +689,7 @@ fn run_property(engine: EngineKind, default_cases: u32) {
 
 #[test]
 fn merge_matches_model_local() {
-    run_property(EngineKind::Local, 12);
+    run_property(EngineKind::Local, 24);
 }
 
 #[test]
@@ -762,39 +774,60 @@ fn model_follows_the_documented_examples() {
 // Found by the property test
 // ---------------------------------------------------------------------------
 
-/// KNOWN BUG (ignored until fixed): a source the optimizer can prove empty
-/// (`WHERE 1 = 0`, `WHERE false`, `LIMIT 0`) makes DataFusion drop the join,
-/// and the ON-equality check (scheduler/src/merge.rs `check_join_keys`, which
-/// looks for a hash join in the physical plan) then refuses the MERGE with
-/// "has no equality between a target column and a source expression", though
-/// ON is `t.id = s.id`. Expected: a no-op MERGE (count 0). A NOT MATCHED BY
-/// SOURCE clause (a LEFT join) is not affected.
+/// Regression (fixed in "MERGE: judge the ON equality on the bound plan"): a
+/// source the optimizer can prove empty (`WHERE 1 = 0`, `LIMIT 0`) made
+/// DataFusion drop the join, and the ON-equality check, which then looked
+/// for a hash join in the physical plan, refused the MERGE with "has no
+/// equality between a target column and a source expression" though ON was
+/// `t.id = src.id`. Such a MERGE is a no-op, except for NOT MATCHED BY
+/// SOURCE clauses, which act on every target row.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "icemerge bug: a provably empty MERGE source is refused as having no ON equality"]
 async fn empty_source_the_optimizer_can_see() {
-    for engine in icemerge_tests::ENGINES {
-        for clause in [
-            "WHEN MATCHED THEN DELETE",
+    let sources = [
+        "(SELECT * FROM (VALUES (1, 5, 'x')) AS e(id, v, s) WHERE 1 = 0) AS src",
+        "(SELECT * FROM (VALUES (1, 5, 'x')) AS e(id, v, s) LIMIT 0) AS src",
+    ];
+    let clauses = [
+        ("WHEN MATCHED THEN DELETE", ["0", "0", "0", "0"]),
+        (
             "WHEN NOT MATCHED THEN INSERT (id, v, s) VALUES (src.id, src.v, src.s)",
-        ] {
-            let dir = tempfile::tempdir().unwrap();
-            let session = open_session(dir.path(), engine).await;
-            session
-                .execute(
-                    "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v INT, s STRING); \
-                     INSERT INTO db.t VALUES (1, 1, 'a')",
-                )
-                .await
-                .unwrap();
-            let sql = format!(
-                "MERGE INTO db.t AS t USING (SELECT * FROM (VALUES (1, 5, 'x')) AS e(id, v, s) \
-                 WHERE 1 = 0) AS src ON t.id = src.id {clause}"
-            );
-            let rows = match session.execute_one(&sql).await {
-                Ok(StatementOutput::Rows { batches, .. }) => rows_as_strings(&batches),
-                other => panic!("{engine:?}: {sql}: {other:?}"),
-            };
-            assert_eq!(rows[0][..4], ["0", "0", "0", "0"], "{engine:?}: {sql}");
+            ["0", "0", "0", "0"],
+        ),
+        (
+            "WHEN MATCHED THEN DELETE WHEN NOT MATCHED BY SOURCE THEN UPDATE SET v = 0",
+            ["1", "1", "0", "0"],
+        ),
+    ];
+    for engine in icemerge_tests::ENGINES {
+        for target_rows in [false, true] {
+            for source in sources {
+                for (clause, counts) in clauses {
+                    let dir = tempfile::tempdir().unwrap();
+                    let session = open_session(dir.path(), engine).await;
+                    session
+                        .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v INT, s STRING)")
+                        .await
+                        .unwrap();
+                    if target_rows {
+                        session
+                            .execute("INSERT INTO db.t VALUES (1, 1, 'a')")
+                            .await
+                            .unwrap();
+                    }
+                    let sql =
+                        format!("MERGE INTO db.t AS t USING {source} ON t.id = src.id {clause}");
+                    let rows = match session.execute_one(&sql).await {
+                        Ok(StatementOutput::Rows { batches, .. }) => rows_as_strings(&batches),
+                        other => panic!("{engine:?}: {sql}: {other:?}"),
+                    };
+                    let expected = if target_rows {
+                        counts
+                    } else {
+                        ["0", "0", "0", "0"]
+                    };
+                    assert_eq!(rows[0][..4], expected, "{engine:?}: {sql}");
+                }
+            }
         }
     }
 }

@@ -155,7 +155,7 @@ fn target() -> impl Strategy<Value = Vec<Vec<Row>>> {
             .into_iter()
             .map(|rows| {
                 rows.into_iter()
-                    .filter(|r| r.id.map_or(true, |id| seen.insert(id)))
+                    .filter(|r| r.id.is_none_or(|id| seen.insert(id)))
                     .collect::<Vec<_>>()
             })
             .filter(|rows| !rows.is_empty())
@@ -376,7 +376,7 @@ fn eval(c: Cond, t: Option<&Row>, s: Option<&Row>) -> Option<bool> {
 }
 
 fn holds(c: &Option<Cond>, t: Option<&Row>, s: Option<&Row>) -> bool {
-    c.map_or(true, |c| eval(c, t, s) == Some(true))
+    c.is_none_or(|c| eval(c, t, s) == Some(true))
 }
 
 fn add(a: Option<i64>, b: Option<i64>) -> Option<i64> {

@@ -297,20 +297,17 @@ fn quote(name: &str) -> String {
 }
 
 /// One WHEN clause as a CASE branch: when it acts, its operation, and the
-/// new value of every target column.
+/// new value of every target column (and which of them the clause assigns).
 struct Branch {
+    clause: String,
     condition: String,
     op: i8,
     values: Vec<String>,
+    assigned: Vec<bool>,
 }
 
-/// The classification query (see the module doc). `target_relation` is the
-/// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
-pub fn classify_sql(
-    bound: &BoundMerge,
-    target_relation: &str,
-    columns: &[String],
-) -> Result<String> {
+/// Binds every clause to a CASE branch over the target and source aliases.
+fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
     let merge = &bound.merge;
     let t = quote(&bound.target_alias);
     let (source_alias, source) = source_sql(merge)?;
@@ -431,12 +428,96 @@ pub fn classify_sql(
                 (1, values)
             }
         };
+        let defaults: Vec<String> = match op {
+            1 => columns.iter().map(|_| "NULL".to_string()).collect(),
+            _ => columns
+                .iter()
+                .map(|c| format!("{t}.{}", quote(c)))
+                .collect(),
+        };
+        let assigned = values.iter().zip(&defaults).map(|(v, d)| v != d).collect();
         branches.push(Branch {
+            clause: clause_name,
             condition,
             op,
             values,
+            assigned,
         });
     }
+    Ok(Branches {
+        t,
+        s,
+        source,
+        branches,
+    })
+}
+
+/// The clauses as CASE branches, with the relation names they use.
+struct Branches {
+    /// Quoted target alias.
+    t: String,
+    /// Quoted source alias.
+    s: String,
+    /// The source relation's SQL.
+    source: String,
+    branches: Vec<Branch>,
+}
+
+/// A query whose columns are the values each clause assigns (one column per
+/// assignment), and what each column is: `(clause, target column)`. Planning
+/// it gives the types of the assigned values, to check against the target's
+/// column types before anything runs.
+pub fn assignment_probe(
+    bound: &BoundMerge,
+    target_relation: &str,
+    columns: &[String],
+) -> Result<Option<(String, Vec<(String, String)>)>> {
+    let Branches {
+        t,
+        s,
+        source,
+        branches,
+    } = build_branches(bound, columns)?;
+    let mut select = vec![];
+    let mut what = vec![];
+    for branch in &branches {
+        for (i, column) in columns.iter().enumerate() {
+            if branch.assigned[i] {
+                select.push(format!(
+                    "{} AS __icemerge_probe_{}",
+                    branch.values[i],
+                    select.len()
+                ));
+                what.push((branch.clause.clone(), column.clone()));
+            }
+        }
+    }
+    if select.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((
+        format!(
+            "SELECT {} FROM {target_relation} AS {t} CROSS JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s}",
+            select.join(", ")
+        ),
+        what,
+    )))
+}
+
+/// The classification query (see the module doc). `target_relation` is the
+/// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
+pub fn classify_sql(
+    bound: &BoundMerge,
+    target_relation: &str,
+    columns: &[String],
+) -> Result<String> {
+    let merge = &bound.merge;
+    let Branches {
+        t,
+        s,
+        source,
+        branches,
+    } = build_branches(bound, columns)?;
 
     let case = |pick: &dyn Fn(&Branch) -> String, otherwise: &str| {
         let mut sql = String::from("CASE");

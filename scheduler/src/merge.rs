@@ -31,7 +31,7 @@ use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix};
 use icemerge_executor::iceberg_err;
 use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
-use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
+use icemerge_planner::merge::{assignment_probe, bind_merge, classify_sql, BoundMerge};
 
 use crate::table_provider::IcebergTableProvider;
 
@@ -78,8 +78,15 @@ pub async fn plan_merge(
         .map(|f| f.name().clone())
         .collect();
     let relation = format!("__icemerge_target_{}", uuid::Uuid::new_v4().simple());
+    let target_types: Vec<_> = provider
+        .schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().clone())
+        .collect();
     ctx.register_table(relation.as_str(), Arc::new(provider.with_row_ids()))?;
     let planned = async {
+        check_assignment_types(ctx, &bound, &relation, &columns, &target_types).await?;
         let sql = classify_sql(&bound, &relation, &columns)?;
         let logical = ctx
             .state()
@@ -118,6 +125,38 @@ pub async fn plan_merge(
         write_id,
         plan: writer,
     })
+}
+
+/// Every value a clause assigns must be castable to its column's type;
+/// otherwise a plan-time error names the clause, the column and both types.
+async fn check_assignment_types(
+    ctx: &datafusion::prelude::SessionContext,
+    bound: &BoundMerge,
+    relation: &str,
+    columns: &[String],
+    types: &[arrow::datatypes::DataType],
+) -> Result<()> {
+    let Some((sql, what)) = assignment_probe(bound, relation, columns)? else {
+        return Ok(());
+    };
+    let plan = ctx
+        .state()
+        .create_logical_plan(&sql)
+        .await
+        .map_err(|e| explain_bind_error(e, bound))?;
+    for ((clause, column), field) in what.iter().zip(plan.schema().fields()) {
+        let index = columns
+            .iter()
+            .position(|c| c == column)
+            .expect("target column");
+        let (from, to) = (field.data_type(), &types[index]);
+        if from != &arrow::datatypes::DataType::Null && !arrow::compute::can_cast_types(from, to) {
+            return Err(DataFusionError::Plan(format!(
+                "MERGE {clause}: cannot assign a value of type {from} to column '{column}' of type {to}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// DataFusion's binding errors, said in MERGE's terms.

@@ -463,15 +463,22 @@ struct Branches {
     branches: Vec<Branch>,
 }
 
-/// A query whose columns are the values each clause assigns (one column per
-/// assignment), and what each column is: `(clause, target column)`. Planning
-/// it gives the types of the assigned values, to check against the target's
-/// column types before anything runs.
+/// A query whose columns are the values the clauses assign, one column per
+/// assignment, and what each column is. Planning it gives the types of the
+/// assigned values, to check against the target's column types before
+/// anything runs.
+pub struct AssignmentProbe {
+    pub sql: String,
+    /// Per probe column: (clause description, target column).
+    pub assignments: Vec<(String, String)>,
+}
+
+/// The assignment probe of `bound`; `None` when no clause assigns a value.
 pub fn assignment_probe(
     bound: &BoundMerge,
     target_relation: &str,
     columns: &[String],
-) -> Result<Option<(String, Vec<(String, String)>)>> {
+) -> Result<Option<AssignmentProbe>> {
     let Branches {
         t,
         s,
@@ -495,13 +502,13 @@ pub fn assignment_probe(
     if select.is_empty() {
         return Ok(None);
     }
-    Ok(Some((
-        format!(
+    Ok(Some(AssignmentProbe {
+        sql: format!(
             "SELECT {} FROM {target_relation} AS {t} CROSS JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s}",
             select.join(", ")
         ),
-        what,
-    )))
+        assignments: what,
+    }))
 }
 
 /// The classification query (see the module doc). `target_relation` is the

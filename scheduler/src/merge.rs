@@ -136,15 +136,15 @@ async fn check_assignment_types(
     columns: &[String],
     types: &[arrow::datatypes::DataType],
 ) -> Result<()> {
-    let Some((sql, what)) = assignment_probe(bound, relation, columns)? else {
+    let Some(probe) = assignment_probe(bound, relation, columns)? else {
         return Ok(());
     };
     let plan = ctx
         .state()
-        .create_logical_plan(&sql)
+        .create_logical_plan(&probe.sql)
         .await
         .map_err(|e| explain_bind_error(e, bound))?;
-    for ((clause, column), field) in what.iter().zip(plan.schema().fields()) {
+    for ((clause, column), field) in probe.assignments.iter().zip(plan.schema().fields()) {
         let index = columns
             .iter()
             .position(|c| c == column)

@@ -19,6 +19,12 @@ pub fn data_location(metadata: &TableMetadata) -> String {
 /// Returns how many were deleted. Only local warehouses are listed; object
 /// stores rely on the writer's own list of files.
 pub fn delete_files_with_prefix(data_location: &str, prefix: &str) -> usize {
+    delete_files_with_prefix_except(data_location, prefix, &[])
+}
+
+/// As [`delete_files_with_prefix`], sparing the files at the locations in
+/// `keep` (full paths as in the manifest).
+pub fn delete_files_with_prefix_except(data_location: &str, prefix: &str, keep: &[&str]) -> usize {
     let Some(root) = local_path(data_location) else {
         return 0;
     };
@@ -33,6 +39,7 @@ pub fn delete_files_with_prefix(data_location: &str, prefix: &str) -> usize {
             if path.is_dir() {
                 dirs.push(path);
             } else if entry.file_name().to_string_lossy().starts_with(prefix)
+                && !keep.iter().any(|k| local_path(k) == Some(path.as_path()))
                 && std::fs::remove_file(&path).is_ok()
             {
                 deleted += 1;

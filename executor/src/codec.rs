@@ -45,6 +45,30 @@ fn json_err(e: serde_json::Error) -> DataFusionError {
     DataFusionError::Internal(format!("plan serialization: {e}"))
 }
 
+type WriterParts = (
+    String,
+    Arc<iceberg::spec::TableMetadata>,
+    std::collections::HashMap<String, String>,
+    String,
+    Arc<dyn ExecutionPlan>,
+);
+
+/// The fields both writers are built from.
+fn writer_parts(write: WriteNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<WriterParts> {
+    let input = inputs.first().cloned().ok_or_else(|| {
+        DataFusionError::Internal(format!("writer of {} without input", write.table))
+    })?;
+    let metadata = serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
+    let props = write.file_io.map(|p| p.props).unwrap_or_default();
+    Ok((
+        write.table,
+        Arc::new(metadata),
+        props,
+        write.write_id,
+        input,
+    ))
+}
+
 impl PhysicalExtensionCodec for IcemergePhysicalCodec {
     fn try_decode(
         &self,
@@ -85,31 +109,15 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 }))
             }
             Some(Node::Write(write)) => {
-                let input = inputs.first().cloned().ok_or_else(|| {
-                    DataFusionError::Internal("IcebergWriteExec without input".into())
-                })?;
-                let metadata =
-                    serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
+                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
                 Ok(Arc::new(IcebergWriteExec::new(
-                    write.table,
-                    Arc::new(metadata),
-                    write.file_io.map(|p| p.props).unwrap_or_default(),
-                    write.write_id,
-                    input,
+                    table, metadata, props, write_id, input,
                 )))
             }
             Some(Node::MergeWrite(write)) => {
-                let input = inputs.first().cloned().ok_or_else(|| {
-                    DataFusionError::Internal("CopyOnWriteWriterExec without input".into())
-                })?;
-                let metadata =
-                    serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
+                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
                 Ok(Arc::new(CopyOnWriteWriterExec::new(
-                    write.table,
-                    Arc::new(metadata),
-                    write.file_io.map(|p| p.props).unwrap_or_default(),
-                    write.write_id,
-                    input,
+                    table, metadata, props, write_id, input,
                 )))
             }
             None => Err(DataFusionError::Internal("empty icemerge plan node".into())),

@@ -101,7 +101,7 @@ fn absolute(path: &Path) -> Result<PathBuf> {
 }
 
 /// Hides a password in a connection URI before it is shown.
-fn redact(uri: &str) -> String {
+pub(crate) fn redact(uri: &str) -> String {
     match url::Url::parse(uri) {
         Ok(mut url) if url.password().is_some() => {
             let _ = url.set_password(Some("****"));

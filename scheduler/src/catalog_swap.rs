@@ -14,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use crate::catalog::redact;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::TableIdent;
 use sqlx::any::{install_default_drivers, AnyPoolOptions};
@@ -73,17 +74,6 @@ fn placeholders(sql: &str, style: BindStyle) -> String {
 
 fn sql_err(uri: &str, what: &str, e: sqlx::Error) -> DataFusionError {
     DataFusionError::Execution(format!("catalog '{}': {what}: {e}", redact(uri)))
-}
-
-/// Hides a password in a connection URI before it is shown.
-fn redact(uri: &str) -> String {
-    match url::Url::parse(uri) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("****"));
-            url.to_string()
-        }
-        _ => uri.to_string(),
-    }
 }
 
 async fn pool_for(uri: &str) -> Result<AnyPool> {

@@ -28,7 +28,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
 use iceberg::table::Table;
-use icemerge_executor::cleanup::{data_location, delete_files_with_prefix};
+use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
 use icemerge_executor::iceberg_err;
 use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
 use icemerge_planner::merge::{assignment_probe, bind_merge, classify_sql, BoundMerge};
@@ -300,35 +300,6 @@ pub async fn commit_merge(
 /// them after a failure, those of discarded task attempts after a success.
 pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
     let location = data_location(planned.base.metadata());
-    let keep: HashSet<&str> = keep.iter().map(|f| f.file_path()).collect();
-    let Some(root) = icemerge_executor::cleanup::local_path(&location) else {
-        return 0;
-    };
-    if keep.is_empty() {
-        return delete_files_with_prefix(&location, &planned.write_id);
-    }
-    // Walk and delete only the files with our prefix that were not committed.
-    let mut deleted = 0;
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                dirs.push(path);
-                continue;
-            }
-            let name = entry.file_name().to_string_lossy().to_string();
-            let committed = keep.iter().any(|k| k.ends_with(&format!("/{name}")));
-            if name.starts_with(&planned.write_id)
-                && !committed
-                && std::fs::remove_file(&path).is_ok()
-            {
-                deleted += 1;
-            }
-        }
-    }
-    deleted
+    let keep: Vec<&str> = keep.iter().map(|f| f.file_path()).collect();
+    delete_files_with_prefix_except(&location, &planned.write_id, &keep)
 }

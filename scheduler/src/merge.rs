@@ -77,16 +77,11 @@ pub async fn plan_merge(
         .iter()
         .map(|f| f.name().clone())
         .collect();
+    let target_schema = provider.schema.clone();
     let relation = format!("__icemerge_target_{}", uuid::Uuid::new_v4().simple());
-    let target_types: Vec<_> = provider
-        .schema
-        .fields()
-        .iter()
-        .map(|f| f.data_type().clone())
-        .collect();
     ctx.register_table(relation.as_str(), Arc::new(provider.with_row_ids()))?;
     let planned = async {
-        check_assignment_types(ctx, &bound, &relation, &columns, &target_types).await?;
+        check_assignment_types(ctx, &bound, &relation, &columns, &target_schema).await?;
         let sql = classify_sql(&bound, &relation, &columns)?;
         let logical = ctx
             .state()
@@ -134,7 +129,7 @@ async fn check_assignment_types(
     bound: &BoundMerge,
     relation: &str,
     columns: &[String],
-    types: &[arrow::datatypes::DataType],
+    target: &arrow::datatypes::Schema,
 ) -> Result<()> {
     let Some(probe) = assignment_probe(bound, relation, columns)? else {
         return Ok(());
@@ -145,11 +140,10 @@ async fn check_assignment_types(
         .await
         .map_err(|e| explain_bind_error(e, bound))?;
     for ((clause, column), field) in probe.assignments.iter().zip(plan.schema().fields()) {
-        let index = columns
-            .iter()
-            .position(|c| c == column)
-            .expect("target column");
-        let (from, to) = (field.data_type(), &types[index]);
+        let (from, to) = (
+            field.data_type(),
+            target.field_with_name(column)?.data_type(),
+        );
         if from != &arrow::datatypes::DataType::Null && !arrow::compute::can_cast_types(from, to) {
             return Err(DataFusionError::Plan(format!(
                 "MERGE {clause}: cannot assign a value of type {from} to column '{column}' of type {to}"

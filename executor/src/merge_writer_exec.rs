@@ -5,7 +5,8 @@
 //! and updates are collected per data file; at the end each touched file is
 //! read once and rewritten without its deleted rows and with its updated rows
 //! in place (file order kept). A file whose rows are all deleted gets no
-//! replacement. A target row acted on twice fails the statement (duplicate
+//! replacement and, when its record count is known from the target scan, is
+//! not read at all. A target row acted on twice fails the statement (duplicate
 //! match). The output is the commit fragment of this partition.
 
 use std::any::Any;
@@ -64,6 +65,8 @@ pub struct CopyOnWriteWriterExec {
     pub file_io_props: HashMap<String, String>,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
+    /// Record count of each data file the target scan reads.
+    pub file_rows: Arc<HashMap<String, u64>>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -88,9 +91,16 @@ impl CopyOnWriteWriterExec {
             file_io_props,
             write_id,
             input,
+            file_rows: Arc::default(),
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The same writer, knowing each data file's record count.
+    pub fn with_file_rows(mut self, file_rows: Arc<HashMap<String, u64>>) -> Self {
+        self.file_rows = file_rows;
+        self
     }
 }
 
@@ -136,13 +146,16 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         let input = children.pop().ok_or_else(|| {
             DataFusionError::Internal("CopyOnWriteWriterExec needs one child".into())
         })?;
-        Ok(Arc::new(Self::new(
-            self.table.clone(),
-            self.metadata.clone(),
-            self.file_io_props.clone(),
-            self.write_id.clone(),
-            input,
-        )))
+        Ok(Arc::new(
+            Self::new(
+                self.table.clone(),
+                self.metadata.clone(),
+                self.file_io_props.clone(),
+                self.write_id.clone(),
+                input,
+            )
+            .with_file_rows(self.file_rows.clone()),
+        ))
     }
 
     fn execute(
@@ -160,9 +173,11 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         );
         let batch_size = context.session_config().batch_size();
         let m = WriterMetrics::new(&self.metrics, partition);
+        let file_rows = self.file_rows.clone();
         let stream = futures::stream::once(async move {
             let mut state =
-                PartitionWriter::try_new(metadata, file_io, prefix, batch_size, m).await?;
+                PartitionWriter::try_new(metadata, file_io, prefix, batch_size, file_rows, m)
+                    .await?;
             let result = async {
                 let mut input = input;
                 while let Some(batch) = input.next().await {
@@ -240,6 +255,8 @@ struct PartitionWriter {
     changes: BTreeMap<String, HashMap<i64, Change>>,
     /// Batches holding updated rows (target columns only).
     kept: Vec<RecordBatch>,
+    /// Record count of each data file the target scan reads.
+    file_rows: Arc<HashMap<String, u64>>,
     metrics: WriterMetrics,
 }
 
@@ -249,6 +266,7 @@ impl PartitionWriter {
         file_io: FileIO,
         prefix: String,
         batch_size: usize,
+        file_rows: Arc<HashMap<String, u64>>,
         metrics: WriterMetrics,
     ) -> Result<Self> {
         let writer = TableFileWriter::try_new(&metadata, file_io.clone(), prefix).await?;
@@ -261,6 +279,7 @@ impl PartitionWriter {
             columns,
             changes: BTreeMap::new(),
             kept: vec![],
+            file_rows,
             metrics,
         })
     }
@@ -396,8 +415,17 @@ impl PartitionWriter {
         Ok(RecordBatch::try_new(FRAGMENT_SCHEMA.clone(), columns)?)
     }
 
-    /// Streams `file` once, applying `changes` by position.
+    /// Streams `file` once, applying `changes` by position. A file whose
+    /// every row is deleted is dropped without reading it.
     async fn rewrite(&mut self, file: &str, changes: &HashMap<i64, Change>) -> Result<()> {
+        let all_deleted = self.file_rows.get(file).is_some_and(|&rows| {
+            rows as usize == changes.len() && changes.values().all(|c| matches!(c, Change::Delete))
+        });
+        if all_deleted {
+            self.metrics.deleted.add(changes.len());
+            self.metrics.files_removed.add(1);
+            return Ok(());
+        }
         let size = self
             .file_io
             .new_input(file)

@@ -36,6 +36,9 @@ pub struct IcebergScanExec {
     pub groups: Vec<Vec<FileScanTask>>,
     pub files_pruned: u64,
     pub predicate: String,
+    /// Predicate derived from a MERGE source's key values that pruned files
+    /// (never filters rows), for display.
+    pub dynamic_predicate: String,
     pub limit: Option<usize>,
     /// Adds the row id columns `_file` and `_pos` (MERGE's target scan).
     pub row_ids: bool,
@@ -72,6 +75,7 @@ impl IcebergScanExec {
             groups,
             files_pruned,
             predicate,
+            dynamic_predicate: String::new(),
             limit,
             row_ids: false,
             properties,
@@ -83,6 +87,12 @@ impl IcebergScanExec {
     /// (`schema` must then end with those two fields).
     pub fn with_row_ids(mut self) -> Self {
         self.row_ids = true;
+        self
+    }
+
+    /// The same scan, showing `predicate` as the dynamic pruning it had.
+    pub fn with_dynamic_predicate(mut self, predicate: String) -> Self {
+        self.dynamic_predicate = predicate;
         self
     }
 
@@ -132,6 +142,9 @@ impl DisplayAs for IcebergScanExec {
         )?;
         if !self.predicate.is_empty() {
             write!(f, ", predicate={}", self.predicate)?;
+        }
+        if !self.dynamic_predicate.is_empty() {
+            write!(f, ", dynamic_pruning={}", self.dynamic_predicate)?;
         }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;

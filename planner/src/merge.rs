@@ -168,7 +168,7 @@ fn rewrite_stars(sql: &str) -> Result<String> {
     Ok(out)
 }
 
-fn ident_value(i: &Ident) -> String {
+pub(crate) fn ident_value(i: &Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
@@ -269,7 +269,7 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
 }
 
 /// The source relation's name in the statement and its SQL.
-fn source_sql(merge: &Merge) -> Result<(String, String)> {
+pub(crate) fn source_sql(merge: &Merge) -> Result<(String, String)> {
     let source = &merge.source;
     let alias = match source {
         TableFactor::Table { name, alias, args, .. } => match (alias, args) {
@@ -513,6 +513,10 @@ pub fn assignment_probe(
 
 /// The classification query (see the module doc). `target_relation` is the
 /// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
+///
+/// Inserted rows have no data file; they spread over `$1` routes (a
+/// parameter, bound once the source's size is known): few inserted rows go
+/// to few writers, and so make few files.
 pub fn classify_sql(
     bound: &BoundMerge,
     target_relation: &str,
@@ -554,15 +558,15 @@ pub fn classify_sql(
         ));
     }
     // The route spreads inserts (no data file) over the writers.
+    let spread = "CAST(CAST(floor(random() * CAST($1 AS DOUBLE)) AS BIGINT) AS VARCHAR)";
     let outer: Vec<String> = [
-        "__icemerge_op",
-        "_file",
-        "_pos",
-        "__icemerge_key",
-        "COALESCE(_file, CAST(random() AS VARCHAR)) AS __icemerge_route",
+        "__icemerge_op".to_string(),
+        "_file".to_string(),
+        "_pos".to_string(),
+        "__icemerge_key".to_string(),
+        format!("COALESCE(_file, {spread}) AS __icemerge_route"),
     ]
-    .iter()
-    .map(|c| c.to_string())
+    .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
     Ok(format!(

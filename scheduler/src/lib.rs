@@ -7,6 +7,7 @@ pub mod catalog_provider;
 pub mod catalog_swap;
 pub mod cluster;
 pub mod commit;
+pub mod dynamic_pruning;
 pub mod engine;
 pub mod filter_pushdown;
 pub mod merge;

@@ -115,7 +115,7 @@ pub async fn probe_source_keys(
 }
 
 /// Up to `DISTINCT_LIMIT + 1` distinct non-NULL values of `key` as target
-/// values; empty when one of them does not convert.
+/// values, ascending; empty when one of them does not convert.
 async fn distinct_values(
     frame: &DataFrame,
     key: Expr,
@@ -139,6 +139,8 @@ async fn distinct_values(
             }
         }
     }
+    // In order, so that the predicate reads the same on every run.
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     Ok(values)
 }
 

@@ -50,6 +50,8 @@ pub struct PlannedMerge {
     pub write_id: String,
     /// The whole physical plan, rooted at the writer.
     pub plan: Arc<dyn ExecutionPlan>,
+    /// Data files of the target that the scan does not read (pruned).
+    pub files_pruned: u64,
 }
 
 /// What a MERGE did.
@@ -116,7 +118,7 @@ pub async fn plan_merge(
     .await;
     ctx.deregister_table(relation.as_str())?;
     let classified = planned?;
-    let file_rows = scanned_file_rows(&classified);
+    let (file_rows, files_pruned) = target_files(&classified);
 
     // Stage D's input: every merge row of one data file goes to one writer;
     // inserts (no file) are spread by the route column.
@@ -145,6 +147,7 @@ pub async fn plan_merge(
         table_name,
         write_id,
         plan: writer,
+        files_pruned,
     })
 }
 
@@ -208,12 +211,15 @@ fn insert_routes(base: &Table, source_rows: Option<u64>, writers: usize) -> Resu
     })
 }
 
-/// Record count of every data file the plan's row-id scan reads.
-fn scanned_file_rows(plan: &Arc<dyn ExecutionPlan>) -> HashMap<String, u64> {
+/// The record count of every data file the plan's row-id scan reads, and
+/// how many files it pruned.
+fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u64>, u64) {
     let mut rows = HashMap::new();
+    let mut pruned = 0;
     let _ = plan.apply(|node| {
         if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
             if scan.row_ids {
+                pruned += scan.files_pruned;
                 for task in scan.groups.iter().flatten() {
                     if let Some(n) = task.record_count {
                         rows.insert(task.data_file_path.clone(), n);
@@ -223,7 +229,7 @@ fn scanned_file_rows(plan: &Arc<dyn ExecutionPlan>) -> HashMap<String, u64> {
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    rows
+    (rows, pruned)
 }
 
 /// Every value a clause assigns must be castable to its column's type;

@@ -478,7 +478,7 @@ impl Session {
         if explain == Some(ExplainMerge::Analyze) {
             return Ok(text_output(
                 "plan",
-                self.render_analyze(&stages, &outcome, elapsed),
+                self.render_analyze(&stages, &outcome, planned.files_pruned, elapsed),
             ));
         }
         Ok(merge_output(
@@ -492,6 +492,7 @@ impl Session {
         &self,
         stages: &[explain::Stage],
         outcome: &MergeOutcome,
+        files_pruned: u64,
         elapsed: std::time::Duration,
     ) -> String {
         use std::fmt::Write;
@@ -556,12 +557,14 @@ impl Session {
         }
         let _ = writeln!(
             text,
-            "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, wall={}ms",
+            "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, wall={}ms",
             outcome.stat("rows_updated"),
             outcome.stat("rows_deleted"),
             outcome.stat("rows_inserted"),
             outcome.stat("rows_copied"),
             self.last_metrics().get("files_scanned"),
+            files_pruned,
+            self.last_metrics().get("files_rewritten"),
             outcome.stat("files_removed"),
             outcome.stat("files_added"),
             outcome.stat("bytes_read"),

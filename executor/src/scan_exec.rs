@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use datafusion::common::stats::Precision;
+use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
@@ -255,6 +257,21 @@ impl ExecutionPlan for IcebergScanExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+
+    /// Row counts from the manifest entries (an upper bound when delete
+    /// files apply), so that joins build their hash table on the smaller side.
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+        let tasks: Vec<&FileScanTask> = match partition {
+            Some(p) => self.groups.get(p).into_iter().flatten().collect(),
+            None => self.groups.iter().flatten().collect(),
+        };
+        let mut statistics = Statistics::new_unknown(&self.schema);
+        if let Some(rows) = tasks.iter().map(|t| t.record_count).sum::<Option<u64>>() {
+            let rows = self.limit.map_or(rows as usize, |l| l.min(rows as usize));
+            statistics.num_rows = Precision::Inexact(rows);
+        }
+        Ok(statistics)
     }
 }
 

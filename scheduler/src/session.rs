@@ -150,7 +150,18 @@ impl Session {
                 EngineKind::Local => cores(),
                 EngineKind::Cluster => (2 * executors).max(cores()),
             });
-        let config = session_config(target_partitions);
+        let mut config = session_config(target_partitions);
+        if options.engine == EngineKind::Local {
+            // In one process a hash join may build one table for all
+            // partitions (DataFusion's defaults), outer joins included;
+            // Ballista cannot, so the cluster keeps every join partitioned.
+            let defaults = datafusion::config::OptimizerOptions::default();
+            let optimizer = &mut config.options_mut().optimizer;
+            optimizer.hash_join_single_partition_threshold =
+                defaults.hash_join_single_partition_threshold;
+            optimizer.hash_join_single_partition_threshold_rows =
+                defaults.hash_join_single_partition_threshold_rows;
+        }
         let engine = match options.engine {
             EngineKind::Local => Engine::Local,
             EngineKind::Cluster => Engine::Cluster(Arc::new(

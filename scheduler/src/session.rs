@@ -777,10 +777,19 @@ impl Session {
             }
         };
         let spec = ddl::build_partition_spec(&schema, &create.partition_by)?;
+        let properties: std::collections::HashMap<String, String> =
+            create.properties.iter().cloned().collect();
+        iceberg::spec::TableProperties::try_from(&properties).map_err(|e| {
+            DataFusionError::Plan(format!(
+                "CREATE TABLE {ident}: invalid table property: {}",
+                e.message()
+            ))
+        })?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)
             .partition_spec(spec)
+            .properties(properties)
             .build();
         self.catalog
             .catalog

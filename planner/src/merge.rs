@@ -601,33 +601,48 @@ fn key_expr(on: &Expr, target_alias: &str, columns: &[String]) -> String {
 }
 
 fn collect_target_keys(expr: &Expr, target_alias: &str, columns: &[String], out: &mut Vec<String>) {
+    for conjunct in conjuncts(expr) {
+        if let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = conjunct
+        {
+            for side in [left, right] {
+                out.extend(target_column(side, target_alias, columns));
+            }
+        }
+    }
+}
+
+/// The top-level conjuncts of a condition (through AND and parentheses).
+pub(crate) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     match expr {
         Expr::BinaryOp {
             left,
             op: BinaryOperator::And,
             right,
         } => {
-            collect_target_keys(left, target_alias, columns, out);
-            collect_target_keys(right, target_alias, columns, out);
+            let mut out = conjuncts(left);
+            out.extend(conjuncts(right));
+            out
         }
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::Eq,
-            right,
-        } => {
-            for side in [left, right] {
-                if let Expr::CompoundIdentifier(parts) = side.as_ref() {
-                    if parts.len() == 2 && ident_value(&parts[0]) == target_alias {
-                        let column = ident_value(&parts[1]);
-                        if columns.contains(&column) {
-                            out.push(column);
-                        }
-                    }
-                }
-            }
+        Expr::Nested(inner) => conjuncts(inner),
+        other => vec![other],
+    }
+}
+
+/// `t.col` naming a column of the target.
+pub(crate) fn target_column(expr: &Expr, target_alias: &str, columns: &[String]) -> Option<String> {
+    match expr {
+        Expr::CompoundIdentifier(parts)
+            if parts.len() == 2 && ident_value(&parts[0]) == target_alias =>
+        {
+            let column = ident_value(&parts[1]);
+            columns.contains(&column).then_some(column)
         }
-        Expr::Nested(inner) => collect_target_keys(inner, target_alias, columns, out),
-        _ => {}
+        Expr::Nested(inner) => target_column(inner, target_alias, columns),
+        _ => None,
     }
 }
 

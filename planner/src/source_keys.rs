@@ -15,7 +15,7 @@
 use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, MergeClauseKind};
 
-use crate::merge::{ident_value, source_sql, BoundMerge};
+use crate::merge::{conjuncts, ident_value, source_sql, target_column, BoundMerge};
 
 /// The probe queries of one MERGE.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,51 +80,28 @@ pub fn source_key_probe(
 /// Collects `(target column, source expression)` from ON's top-level
 /// conjuncts.
 fn collect_keys(
-    expr: &Expr,
+    on: &Expr,
     target_alias: &str,
     source_alias: &str,
     columns: &[String],
     out: &mut Vec<(String, String)>,
 ) {
-    match expr {
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::And,
-            right,
-        } => {
-            collect_keys(left, target_alias, source_alias, columns, out);
-            collect_keys(right, target_alias, source_alias, columns, out);
-        }
-        Expr::Nested(inner) => collect_keys(inner, target_alias, source_alias, columns, out),
-        Expr::BinaryOp {
+    for conjunct in conjuncts(on) {
+        let Expr::BinaryOp {
             left,
             op: BinaryOperator::Eq,
             right,
-        } => {
-            for (a, b) in [(left, right), (right, left)] {
-                if let Some(column) = target_column(a, target_alias, columns) {
-                    if source_only(b, source_alias) == Some(true) {
-                        out.push((column, b.to_string()));
-                        return;
-                    }
-                }
-            }
-        }
-        _ => {}
-    }
-}
-
-/// `t.col` naming a column of the target.
-fn target_column(expr: &Expr, target_alias: &str, columns: &[String]) -> Option<String> {
-    match expr {
-        Expr::CompoundIdentifier(parts)
-            if parts.len() == 2 && ident_value(&parts[0]) == target_alias =>
-        {
-            let column = ident_value(&parts[1]);
-            columns.contains(&column).then_some(column)
-        }
-        Expr::Nested(inner) => target_column(inner, target_alias, columns),
-        _ => None,
+        } = conjunct
+        else {
+            continue;
+        };
+        let key = [(left, right), (right, left)]
+            .into_iter()
+            .find_map(|(a, b)| {
+                let column = target_column(a, target_alias, columns)?;
+                (source_only(b, source_alias) == Some(true)).then(|| (column, b.to_string()))
+            });
+        out.extend(key);
     }
 }
 

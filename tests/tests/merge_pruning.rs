@@ -33,11 +33,15 @@ async fn forty_files(warehouse: &Path, engine: EngineKind) -> Session {
         }
     }
     let session = open_session(warehouse, engine).await;
-    assert_eq!(
-        query(&session, "SELECT count(*) FROM db.\"t$files\"").await,
-        vec![vec![FILES.to_string()]]
-    );
+    assert_eq!(file_count(&session).await, FILES as u64);
     session
+}
+
+/// Live data files of `db.t`.
+async fn file_count(session: &Session) -> u64 {
+    query(session, "SELECT count(*) FROM db.\"t$files\"").await[0][0]
+        .parse()
+        .unwrap()
 }
 
 /// Runs `EXPLAIN ANALYZE <merge>` and returns its text and the figures of
@@ -83,9 +87,7 @@ async fn source_keys_in_two_files_scan_and_rewrite_only_those() {
         );
         // Few distinct keys: listed one by one, so the files between the two
         // hit files are pruned too.
-        let files: u64 = query(&session, "SELECT count(*) FROM db.\"t$files\"").await[0][0]
-            .parse()
-            .unwrap();
+        let files = file_count(&session).await;
         let (text, f) = analyze(
             &session,
             "MERGE INTO db.t USING (VALUES (705), (3150), (3160), (99999)) AS s(id) ON t.id = s.id
@@ -147,9 +149,7 @@ async fn target_only_on_conjuncts_prune_and_not_matched_by_source_reads_everythi
         );
 
         // NOT MATCHED BY SOURCE needs every target row: nothing is pruned.
-        let files: u64 = query(&session, "SELECT count(*) FROM db.\"t$files\"").await[0][0]
-            .parse()
-            .unwrap();
+        let files = file_count(&session).await;
         let (text, f) = analyze(
             &session,
             "MERGE INTO db.t USING (VALUES (705)) AS s(id) ON t.id = s.id
@@ -218,8 +218,8 @@ async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
             "{engine:?}"
         );
         assert_eq!(
-            query(&session, "SELECT count(*) FROM db.\"t$files\"").await,
-            vec![vec![FILES.to_string()]],
+            file_count(&session).await,
+            FILES as u64,
             "{engine:?}: one file added by the insert, one dropped by the delete"
         );
     }

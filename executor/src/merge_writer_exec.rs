@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::interleave;
 use arrow::datatypes::{DataType, Field, Int64Type, Int8Type, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
@@ -465,39 +465,80 @@ impl PartitionWriter {
             .read(futures::stream::iter([Ok(task)]).boxed())
             .map_err(iceberg_err)?
             .stream();
+        // Changes in file order; each batch takes the run of changes that
+        // falls within its positions. A batch without changes is written as
+        // it is, one with deletes only is filtered, others are interleaved
+        // with the updated rows they take.
+        let mut sorted: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
+        sorted.sort_unstable_by_key(|(p, _)| *p);
+        let mut next = 0;
         let mut position: i64 = 0;
         let (mut updated, mut deleted) = (0usize, 0usize);
         while let Some(batch) = batches.next().await {
             let batch = batch.map_err(iceberg_err)?;
-            let mut indices: Vec<(usize, usize)> = Vec::with_capacity(batch.num_rows());
-            for row in 0..batch.num_rows() {
-                match changes.get(&(position + row as i64)) {
+            let rows = batch.num_rows();
+            let end = position + rows as i64;
+            let first = next;
+            while next < sorted.len() && sorted[next].0 < end {
+                next += 1;
+            }
+            let in_batch = &sorted[first..next];
+            let start = position;
+            position = end;
+            if in_batch.is_empty() {
+                self.metrics.copied.add(rows);
+                self.writer.write(batch).await?;
+                continue;
+            }
+            let batch = crate::scan_exec::conform(self.writer.arrow_schema(), batch)?;
+            if in_batch.iter().all(|(_, c)| matches!(c, Change::Delete)) {
+                let mut keep = vec![true; rows];
+                for (pos, _) in in_batch {
+                    keep[(pos - start) as usize] = false;
+                }
+                deleted += in_batch.len();
+                self.metrics.copied.add(rows - in_batch.len());
+                let kept = arrow::compute::filter_record_batch(&batch, &BooleanArray::from(keep))?;
+                self.writer.write(kept).await?;
+                continue;
+            }
+            // Source 0 is this batch; 1.. the kept batches this batch takes from.
+            let mut sources: Vec<usize> = vec![];
+            let mut indices: Vec<(usize, usize)> = Vec::with_capacity(rows);
+            let mut changed = in_batch.iter().peekable();
+            for row in 0..rows {
+                match changed.next_if(|(pos, _)| *pos == start + row as i64) {
                     None => indices.push((0, row)),
-                    Some(Change::Delete) => deleted += 1,
-                    Some(Change::Update { batch, row }) => {
+                    Some((_, Change::Delete)) => deleted += 1,
+                    Some((_, Change::Update { batch, row })) => {
                         updated += 1;
-                        indices.push((batch + 1, *row))
+                        let source = match sources.iter().position(|b| b == batch) {
+                            Some(i) => i + 1,
+                            None => {
+                                sources.push(*batch);
+                                sources.len()
+                            }
+                        };
+                        indices.push((source, *row));
                     }
                 }
             }
             self.metrics
                 .copied
                 .add(indices.iter().filter(|(b, _)| *b == 0).count());
-            position += batch.num_rows() as i64;
             if indices.is_empty() {
                 continue;
             }
             let mut columns = Vec::with_capacity(batch.num_columns());
-            let batch = crate::scan_exec::conform(self.writer.arrow_schema(), batch)?;
             for c in 0..batch.num_columns() {
-                let mut sources: Vec<&dyn Array> = vec![batch.column(c).as_ref()];
-                sources.extend(self.kept.iter().map(|k| k.column(c).as_ref()));
-                columns.push(interleave(&sources, &indices)?);
+                let mut arrays: Vec<&dyn Array> = vec![batch.column(c).as_ref()];
+                arrays.extend(sources.iter().map(|&k| self.kept[k].column(c).as_ref()));
+                columns.push(interleave(&arrays, &indices)?);
             }
             let out = RecordBatch::try_new(batch.schema(), columns)?;
             self.writer.write(out).await?;
         }
-        if updated + deleted != changes.len() {
+        if next != sorted.len() || updated + deleted != changes.len() {
             return Err(DataFusionError::Execution(format!(
                 "MERGE: data file {file} has {position} rows but changes were planned for positions beyond it"
             )));

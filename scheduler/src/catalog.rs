@@ -182,11 +182,10 @@ pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
     if !file_io_props.is_empty() {
         check_s3_warehouse(&warehouse_location, &file_io_props).await?;
     }
-    let postgres = if uri.starts_with("sqlite:") {
-        false
+    let (postgres, creation_lock) = if uri.starts_with("sqlite:") {
+        (false, None)
     } else if is_postgres(&uri) {
-        check_postgres(&uri).await?;
-        true
+        (true, Some(lock_postgres_catalog(&uri).await?))
     } else {
         return Err(DataFusionError::Configuration(format!(
             "unsupported catalog URI '{}': expected sqlite://... or postgres://...",
@@ -207,13 +206,17 @@ pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
             .load(DEFAULT_CATALOG_NAME, file_io_props.clone())
     };
     let catalog = match load().await {
-        // Two processes creating the catalog tables of a fresh Postgres
-        // database at once: one CREATE TABLE IF NOT EXISTS loses with a
+        // Another program (not holding our lock) created the catalog tables
+        // at the same moment: one CREATE TABLE IF NOT EXISTS loses with a
         // unique violation; the tables exist now, so try once more.
         Err(e) if postgres && is_creation_race(&e) => load().await,
         other => other,
+    };
+    if let Some(conn) = creation_lock {
+        // Closing the session releases its advisory lock.
+        let _ = sqlx::Connection::close(conn).await;
     }
-    .map_err(|e| {
+    let catalog = catalog.map_err(|e| {
         DataFusionError::Configuration(format!("cannot open catalog '{}': {e}", redact(&uri)))
     })?;
     Ok(OpenCatalog {
@@ -234,12 +237,21 @@ fn is_creation_race(e: &iceberg::Error) -> bool {
     text.contains("duplicate key value") || text.contains("already exists")
 }
 
-/// Connects once to a Postgres catalog so that a server that cannot be
-/// reached, a refused login or a missing database is reported as such
-/// (naming host, database and user), within seconds rather than after the
-/// connection pool's timeout.
-async fn check_postgres(uri: &str) -> Result<()> {
-    use sqlx::{ConnectOptions, Connection};
+/// Advisory lock key serialising the creation of the catalog tables among
+/// icemerge processes ("icemerge" in ASCII).
+const CATALOG_CREATION_LOCK: i64 = 0x6963_656d_6572_6765;
+
+/// Connects to a Postgres catalog and takes the catalog-creation advisory
+/// lock on that connection; the lock is released when the connection is
+/// closed. Postgres's `CREATE TABLE IF NOT EXISTS` is not safe against a
+/// concurrent creator (one of two fails with a unique violation), so
+/// processes opening a fresh catalog database at once take turns.
+///
+/// The first connection also makes a server that cannot be reached, a
+/// refused login or a missing database one error naming host, port,
+/// database and user, within seconds rather than after a pool's timeout.
+async fn lock_postgres_catalog(uri: &str) -> Result<sqlx::PgConnection> {
+    use sqlx::ConnectOptions;
     let options: sqlx::postgres::PgConnectOptions = uri.parse().map_err(|e| {
         DataFusionError::Configuration(format!(
             "invalid Postgres catalog URI '{}': {e}",
@@ -253,17 +265,34 @@ async fn check_postgres(uri: &str) -> Result<()> {
         options.get_database().unwrap_or(options.get_username()),
         options.get_username()
     );
-    let connect = tokio::time::timeout(std::time::Duration::from_secs(15), options.connect());
-    match connect.await {
-        Ok(Ok(conn)) => {
-            let _ = conn.close().await;
-            Ok(())
+    let timeout = std::time::Duration::from_secs(15);
+    let mut conn = match tokio::time::timeout(timeout, options.connect()).await {
+        Ok(Ok(conn)) => conn,
+        Ok(Err(e)) => {
+            return Err(DataFusionError::Configuration(format!(
+                "cannot connect to the {place}: {e}"
+            )))
         }
-        Ok(Err(e)) => Err(DataFusionError::Configuration(format!(
-            "cannot connect to the {place}: {e}"
-        ))),
-        Err(_) => Err(DataFusionError::Configuration(format!(
-            "cannot connect to the {place}: no answer within 15 s"
+        Err(_) => {
+            return Err(DataFusionError::Configuration(format!(
+                "cannot connect to the {place}: no answer within 15 s"
+            )))
+        }
+    };
+    let locked = async {
+        sqlx::query("SET lock_timeout = '60s'")
+            .execute(&mut conn)
+            .await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(CATALOG_CREATION_LOCK)
+            .execute(&mut conn)
+            .await
+    }
+    .await;
+    match locked {
+        Ok(_) => Ok(conn),
+        Err(e) => Err(DataFusionError::Configuration(format!(
+            "{place}: cannot take the catalog-creation lock: {e}"
         ))),
     }
 }

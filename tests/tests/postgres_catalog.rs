@@ -230,3 +230,34 @@ async fn racing_merges_serialise_on_the_catalog_row() {
     drop(sessions);
     db.drop().await;
 }
+
+/// Several processes starting on a fresh database at once all create the
+/// catalog tables with `CREATE TABLE IF NOT EXISTS`, which Postgres does not
+/// make race-free: every session must still open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sessions_opening_a_fresh_database_at_once() {
+    for round in 0..3 {
+        let Some(db) = postgres_database("fresh_database_at_once").await else {
+            return;
+        };
+        let warehouse = tempfile::tempdir().unwrap();
+        let opens = (0..6).map(|_| {
+            icemerge_scheduler::Session::open(icemerge_scheduler::SessionOptions {
+                catalog: icemerge_scheduler::CatalogOptions {
+                    warehouse: warehouse.path().to_path_buf(),
+                    catalog_uri: Some(db.uri.clone()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            })
+        });
+        let sessions = join_all(opens).await;
+        for (i, s) in sessions.iter().enumerate() {
+            if let Err(e) = s {
+                panic!("round {round}, session {i}: {e}");
+            }
+        }
+        drop(sessions);
+        db.drop().await;
+    }
+}

@@ -50,7 +50,7 @@ impl Default for CatalogOptions {
 pub struct S3Options {
     /// Endpoint URL of an S3-compatible store, e.g. `http://127.0.0.1:9000`.
     pub endpoint: Option<String>,
-    /// Region, e.g. `us-east-1`.
+    /// Region, e.g. `eu-west-1`; with an endpoint and no region, `us-east-1`.
     pub region: Option<String>,
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<String>,
@@ -86,7 +86,13 @@ impl S3Options {
             }
         };
         set(iceberg::io::S3_ENDPOINT, &self.endpoint);
-        set(iceberg::io::S3_REGION, &self.region);
+        // S3-compatible servers mostly ignore the region, but the S3
+        // client refuses to sign without one: us-east-1 (MinIO's default).
+        let region = match (&self.region, &self.endpoint) {
+            (None, Some(endpoint)) if !endpoint.is_empty() => Some("us-east-1".to_string()),
+            _ => self.region.clone(),
+        };
+        set(iceberg::io::S3_REGION, &region);
         set(iceberg::io::S3_ACCESS_KEY_ID, &self.access_key_id);
         set(iceberg::io::S3_SECRET_ACCESS_KEY, &self.secret_access_key);
         set(iceberg::io::S3_SESSION_TOKEN, &self.session_token);
@@ -391,6 +397,11 @@ mod tests {
         assert_eq!(props["s3.path-style-access"], "true");
         assert!(!props.contains_key("s3.session-token"));
         assert!(!format!("{options:?}").contains("secret\""));
+        let no_region = S3Options {
+            endpoint: Some("http://127.0.0.1:9000".into()),
+            ..Default::default()
+        };
+        assert_eq!(no_region.file_io_props()["s3.region"], "us-east-1");
         let aws = S3Options::default().file_io_props();
         assert_eq!(aws["s3.path-style-access"], "false");
         assert_eq!(aws.len(), 1);

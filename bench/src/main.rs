@@ -56,6 +56,7 @@ async fn session(warehouse: &Path, engine: EngineKind, executors: usize) -> Resu
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
             catalog_uri: None,
+            ..Default::default()
         },
         engine,
         executors: Some(executors),

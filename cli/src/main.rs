@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
+use icemerge_scheduler::{CatalogOptions, EngineKind, S3Options, Session, SessionOptions};
 
 use crate::output::{Format, Printer};
 use crate::script::run_script;
@@ -48,11 +48,12 @@ struct Args {
     #[arg(short = 'f', long = "file", value_name = "PATH")]
     file: Option<PathBuf>,
 
-    /// Warehouse directory: table data and metadata (and the default SQLite
-    /// catalog, catalog.db). Created if missing.
+    /// Warehouse: table data and metadata. A directory (created if missing;
+    /// it also holds the default SQLite catalog, catalog.db) or
+    /// s3://BUCKET/PREFIX (needs --catalog-uri; see the --s3-* flags).
     #[arg(
         long,
-        value_name = "DIR",
+        value_name = "DIR|s3://BUCKET/PREFIX",
         env = "ICEMERGE_WAREHOUSE",
         default_value = "./warehouse"
     )]
@@ -62,6 +63,42 @@ struct Args {
     /// [default: sqlite://<warehouse>/catalog.db]
     #[arg(long, value_name = "URI", env = "ICEMERGE_CATALOG_URI")]
     catalog_uri: Option<String>,
+
+    /// Endpoint of an S3-compatible store for an s3:// warehouse, e.g.
+    /// http://127.0.0.1:9000 [default: AWS S3]
+    #[arg(long, value_name = "URL", env = "AWS_ENDPOINT_URL")]
+    s3_endpoint: Option<String>,
+
+    /// S3 region of an s3:// warehouse (also read from AWS_DEFAULT_REGION).
+    #[arg(long, value_name = "REGION", env = "AWS_REGION")]
+    s3_region: Option<String>,
+
+    /// S3 access key id for an s3:// warehouse.
+    #[arg(long, value_name = "ID", env = "AWS_ACCESS_KEY_ID")]
+    s3_access_key_id: Option<String>,
+
+    /// S3 secret access key for an s3:// warehouse.
+    #[arg(
+        long,
+        value_name = "KEY",
+        env = "AWS_SECRET_ACCESS_KEY",
+        hide_env_values = true
+    )]
+    s3_secret_access_key: Option<String>,
+
+    /// S3 session token (temporary credentials) for an s3:// warehouse.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "AWS_SESSION_TOKEN",
+        hide_env_values = true
+    )]
+    s3_session_token: Option<String>,
+
+    /// Path-style S3 requests (http://endpoint/bucket/key) [default: true
+    /// with --s3-endpoint, false for AWS S3]
+    #[arg(long, value_name = "BOOL")]
+    s3_path_style_access: Option<bool>,
 
     /// Engine that runs queries: DataFusion in this process, or a Ballista
     /// scheduler with in-process executors.
@@ -104,6 +141,17 @@ impl Args {
             catalog: CatalogOptions {
                 warehouse: self.warehouse.clone(),
                 catalog_uri: self.catalog_uri.clone(),
+                s3: S3Options {
+                    endpoint: self.s3_endpoint.clone(),
+                    region: self
+                        .s3_region
+                        .clone()
+                        .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()),
+                    access_key_id: self.s3_access_key_id.clone(),
+                    secret_access_key: self.s3_secret_access_key.clone(),
+                    session_token: self.s3_session_token.clone(),
+                    path_style_access: self.s3_path_style_access,
+                },
             },
             engine: match self.engine {
                 EngineArg::Local => EngineKind::Local,
@@ -227,6 +275,37 @@ mod tests {
         assert_eq!(options.engine, EngineKind::Cluster);
         assert_eq!(options.executors, Some(3));
         assert_eq!(options.catalog.warehouse, PathBuf::from("/tmp/wh"));
+    }
+
+    #[test]
+    fn parses_s3_flags() {
+        let args = Args::try_parse_from([
+            "icemerge",
+            "--warehouse",
+            "s3://bucket/wh",
+            "--catalog-uri",
+            "postgres://u:p@127.0.0.1:5432/cat",
+            "--s3-endpoint",
+            "http://127.0.0.1:9000",
+            "--s3-region",
+            "eu-west-1",
+            "--s3-access-key-id",
+            "AKID",
+            "--s3-secret-access-key",
+            "SECRET",
+            "--s3-path-style-access",
+            "false",
+        ])
+        .unwrap();
+        let s3 = args.session_options().catalog.s3;
+        assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(s3.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(s3.access_key_id.as_deref(), Some("AKID"));
+        assert_eq!(s3.secret_access_key.as_deref(), Some("SECRET"));
+        assert_eq!(s3.path_style_access, Some(false));
+        let props = s3.file_io_props();
+        assert_eq!(props["s3.path-style-access"], "false");
+        assert_eq!(props["s3.secret-access-key"], "SECRET");
     }
 
     #[test]

@@ -83,6 +83,7 @@ mod tests {
             catalog: CatalogOptions {
                 warehouse: dir.to_path_buf(),
                 catalog_uri: None,
+                ..Default::default()
             },
             ..Default::default()
         };

@@ -17,6 +17,6 @@ pub mod shipped_plan;
 pub mod table_functions;
 pub mod table_provider;
 
-pub use catalog::{CatalogOptions, DEFAULT_CATALOG_NAME};
+pub use catalog::{CatalogOptions, S3Options, DEFAULT_CATALOG_NAME};
 pub use engine::EngineKind;
 pub use session::{Session, SessionOptions, StatementOutput};

@@ -16,6 +16,9 @@ use datafusion_proto::protobuf::LogicalPlanNode;
 use crate::cluster::InProcessCluster;
 use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanNode};
 
+/// How long a failed job's remaining tasks are waited for.
+const JOB_DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// Which engine runs statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum EngineKind {
@@ -60,6 +63,15 @@ impl Engine {
                 let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
                 let batches = collect(exec.clone(), task_ctx).await;
                 let job_id = exec.job_id();
+                if let (Err(_), Some(job)) = (&batches, &job_id) {
+                    // A failed job's other tasks may still be writing files:
+                    // the caller's cleanup must come after them.
+                    if !cluster.running.wait_idle(job, JOB_DRAIN_LIMIT).await {
+                        tracing::warn!(
+                            "tasks of failed job {job} still run after {JOB_DRAIN_LIMIT:?}"
+                        );
+                    }
+                }
                 Ok(PlanRun {
                     batches: batches?,
                     job_id,

@@ -16,6 +16,7 @@ pub mod session;
 pub mod shipped_plan;
 pub mod table_functions;
 pub mod table_provider;
+pub mod task_tracker;
 
 pub use catalog::{CatalogOptions, S3Options, DEFAULT_CATALOG_NAME};
 pub use engine::EngineKind;

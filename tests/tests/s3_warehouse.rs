@@ -242,49 +242,19 @@ async fn create_insert_merge_read_on_s3() {
             err.to_lowercase().contains("more than one"),
             "{engine:?}: {err}"
         );
+        // On the cluster too: the engine waits for the failed job's other
+        // tasks before the statement's files are removed.
         let after = moto.objects(&table_location).await;
-        match engine {
-            EngineKind::Local => {
-                assert_eq!(after, before, "{engine:?}: objects left by a failed MERGE")
-            }
-            // Known race, not specific to S3: when one task fails, Ballista
-            // fails the job while other writer tasks of the stage may still
-            // run; a file they close after the statement's cleanup stays
-            // behind. Reported, not asserted, until failed jobs are drained
-            // (or cancelled) before the cleanup.
-            EngineKind::Cluster => {
-                let left: Vec<_> = after.difference(&before).collect();
-                if !left.is_empty() {
-                    eprintln!("known race: a failed cluster MERGE left {left:?}");
-                }
-                assert!(
-                    before.is_subset(&after),
-                    "{engine:?}: committed objects were deleted"
-                );
-            }
-        }
+        assert_eq!(after, before, "{engine:?}: objects left by a failed MERGE");
         assert_eq!(
             query(&session, "SELECT count(*) FROM db.people").await,
             vec![vec!["3"]]
         );
 
-        // DROP TABLE purges its objects (on the cluster: all but the
-        // leftovers of the race above, which no snapshot references).
+        // DROP TABLE purges its objects.
         session.execute_one("DROP TABLE db.people").await.unwrap();
         let left = moto.objects(&table_location).await;
-        match engine {
-            EngineKind::Local => assert_eq!(left, BTreeSet::new(), "{engine:?}"),
-            EngineKind::Cluster => {
-                assert_eq!(
-                    left.intersection(&before).count(),
-                    0,
-                    "{engine:?}: {left:?}"
-                );
-                if !left.is_empty() {
-                    eprintln!("known race: a failed cluster MERGE left {left:?}");
-                }
-            }
-        }
+        assert_eq!(left, BTreeSet::new(), "{engine:?}");
         drop(session);
         if let Some(db) = database {
             db.drop().await;

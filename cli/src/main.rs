@@ -1,10 +1,13 @@
 //! The `icemerge` command: parses the command line, opens a session on the
-//! Iceberg catalog and runs SQL from `-c`, `-f`, piped stdin or the
+//! Iceberg catalog (or connects to a running `icemerge-scheduler` with
+//! `--scheduler`) and runs SQL from `-c`, `-f`, piped stdin or the
 //! interactive prompt. Errors are one `error: ...` line on stderr and exit
 //! status 1.
 
+mod backend;
 mod error;
 mod output;
+mod remote;
 mod repl;
 mod script;
 
@@ -15,7 +18,9 @@ use std::process::ExitCode;
 use clap::{Parser, ValueEnum};
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
 
+use crate::backend::Backend;
 use crate::output::{Format, Printer};
+use crate::remote::RemoteSession;
 use crate::script::run_script;
 
 const EXAMPLES: &str = "\
@@ -23,6 +28,7 @@ Examples:
   icemerge -c \"CREATE TABLE t (id BIGINT, name VARCHAR); INSERT INTO t VALUES (1, 'a'); SELECT * FROM t;\"
   icemerge --warehouse /data/wh -f script.sql --format csv > out.csv
   icemerge --engine cluster --executors 4 -c \"SELECT count(*) FROM t\"
+  icemerge --scheduler 10.0.0.5:50060 --token \"$TOKEN\" -f merge.sql
   echo \"SELECT 1;\" | icemerge
   icemerge                      (interactive prompt; end statements with ';', \\q to quit)";
 
@@ -72,6 +78,26 @@ struct Args {
     /// available cores]. Ignored by the local engine.
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     executors: Option<usize>,
+
+    /// Run statements on a running icemerge-scheduler (its Flight SQL port)
+    /// instead of an embedded engine; --warehouse, --catalog-uri, --engine
+    /// and --executors are then the scheduler's business and ignored.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "ICEMERGE_SCHEDULER",
+        conflicts_with_all = ["engine", "executors"]
+    )]
+    scheduler: Option<String>,
+
+    /// Bearer token for --scheduler (when the scheduler requires one).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "ICEMERGE_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
 
     /// Output format of query results.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Table)]
@@ -162,7 +188,18 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let session = match Session::open(args.session_options()).await {
+    let opened = match &args.scheduler {
+        Some(address) => {
+            let token = args.token.as_deref().filter(|t| !t.is_empty());
+            RemoteSession::connect(address, token)
+                .await
+                .map(Backend::Remote)
+        }
+        None => Session::open(args.session_options())
+            .await
+            .map(Backend::Embedded),
+    };
+    let session = match opened {
         Ok(session) => session,
         Err(e) => {
             error::report(&e);
@@ -235,5 +272,13 @@ mod tests {
         assert!(Args::try_parse_from(["icemerge", "--executors", "0"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--engine", "spark"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--format", "xml"]).is_err());
+        assert!(
+            Args::try_parse_from(["icemerge", "--scheduler", "h:1", "--engine", "cluster"])
+                .is_err()
+        );
+        let remote =
+            Args::try_parse_from(["icemerge", "--scheduler", "h:1", "--token", "t"]).unwrap();
+        assert_eq!(remote.scheduler.as_deref(), Some("h:1"));
+        assert_eq!(remote.token.as_deref(), Some("t"));
     }
 }

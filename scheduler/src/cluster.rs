@@ -53,6 +53,11 @@ pub struct TaskRecord {
 pub struct TaskLedger(Arc<Mutex<Vec<TaskRecord>>>);
 
 impl TaskLedger {
+    /// Records one finished task.
+    pub fn record(&self, task: TaskRecord) {
+        self.0.lock().expect("ledger lock").push(task);
+    }
+
     /// Tasks of one job, in completion order.
     pub fn tasks_of(&self, job_id: &str) -> Vec<TaskRecord> {
         self.0
@@ -78,7 +83,7 @@ impl ExecutorMetricsCollector for LedgerCollector {
         partition: usize,
         plan: Arc<dyn QueryStageExecutor>,
     ) {
-        self.ledger.0.lock().expect("ledger lock").push(TaskRecord {
+        self.ledger.record(TaskRecord {
             executor_id: self.executor_id.clone(),
             job_id: job_id.to_string(),
             stage_id,

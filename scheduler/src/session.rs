@@ -31,7 +31,7 @@ use crate::catalog::{open_catalog, CatalogOptions, OpenCatalog};
 use crate::catalog_provider::IcebergCatalogProvider;
 use crate::cluster::InProcessCluster;
 use crate::commit::{commit_append, data_files_from_batches, discard_write};
-use crate::engine::{Engine, EngineKind};
+use crate::engine::{Engine, EngineKind, SchedulerTarget};
 use crate::merge::{
     collect_fragments, commit_merge, discard_uncommitted, plan_merge, MergeOutcome,
 };
@@ -142,7 +142,6 @@ pub fn session_config(target_partitions: usize) -> SessionConfig {
 impl Session {
     /// Opens the catalog and starts the engine.
     pub async fn open(options: SessionOptions) -> Result<Self> {
-        let catalog = open_catalog(&options.catalog).await?;
         let executors = options.executors.unwrap_or_else(cores).max(1);
         let target_partitions = options
             .target_partitions
@@ -157,6 +156,30 @@ impl Session {
                 InProcessCluster::start(config.clone(), executors, 2).await?,
             )),
         };
+        Self::open_with_engine(&options, config, engine).await
+    }
+
+    /// Opens the catalog and runs every plan on an already running Ballista
+    /// scheduler (the `icemerge-scheduler` process's own). `options.engine`
+    /// and `options.executors` are ignored; partitions per stage default to
+    /// twice the available cores (at least 4).
+    pub async fn open_on_scheduler(
+        options: SessionOptions,
+        scheduler: SchedulerTarget,
+    ) -> Result<Self> {
+        let target_partitions = options
+            .target_partitions
+            .unwrap_or_else(|| (2 * cores()).max(4));
+        let config = session_config(target_partitions);
+        Self::open_with_engine(&options, config, Engine::Scheduler(scheduler)).await
+    }
+
+    async fn open_with_engine(
+        options: &SessionOptions,
+        config: SessionConfig,
+        engine: Engine,
+    ) -> Result<Self> {
+        let catalog = open_catalog(&options.catalog).await?;
         let state = SessionStateBuilder::new()
             .with_config(config.clone())
             .with_default_features()
@@ -206,7 +229,7 @@ impl Session {
     pub fn cluster(&self) -> Option<&InProcessCluster> {
         match &self.engine {
             Engine::Cluster(c) => Some(c),
-            Engine::Local => None,
+            Engine::Local | Engine::Scheduler(_) => None,
         }
     }
 
@@ -354,10 +377,10 @@ impl Session {
 
     async fn run_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
         let run = self.engine.run(&self.ctx, plan.clone()).await?;
-        let metrics = match (&self.engine, &run.job_id) {
-            (Engine::Cluster(cluster), Some(job)) => {
+        let metrics = match (self.engine.ledger(), &run.job_id) {
+            (Some(ledger), Some(job)) => {
                 let mut totals = OperatorMetrics::default();
-                for task in cluster.ledger.tasks_of(job) {
+                for task in ledger.tasks_of(job) {
                     for set in &task.metrics {
                         totals.add(set);
                     }
@@ -500,9 +523,9 @@ impl Session {
             text,
             "\nPer stage (rows out of the stage's top operator, tasks, time):"
         );
-        match (&self.engine, self.last_job_id()) {
-            (Engine::Cluster(cluster), Some(job)) => {
-                let tasks = cluster.ledger.tasks_of(&job);
+        match (self.engine.ledger(), self.last_job_id()) {
+            (Some(ledger), Some(job)) => {
+                let tasks = ledger.tasks_of(&job);
                 let mut by_stage: std::collections::BTreeMap<usize, Vec<_>> = Default::default();
                 for t in tasks {
                     by_stage.entry(t.stage_id).or_default().push(t);

@@ -4,13 +4,28 @@
 //! It serves Arrow Flight (shuffle data, results) on `port` and, in push
 //! mode, a gRPC service on `grpc_port` through which the scheduler launches
 //! and cancels tasks.
+//!
+//! Ballista's executor decodes a stage's plan once for all the tasks of that
+//! stage it is pushed at once, so their operators would share one metrics
+//! set and every task would report the running total of its siblings;
+//! [`FreshPlanEngine`] gives each task its own copy of the plan, so each
+//! reports only its own figures (as with pull scheduling).
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::error::BallistaError;
+use ballista_executor::execution_engine::{
+    DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
+};
 use ballista_executor::executor_process::{start_executor_process, ExecutorProcessConfig};
+use datafusion::error::Result;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_proto::physical_plan::AsExecutionPlan;
+use datafusion_proto::protobuf::PhysicalPlanNode;
 
 use crate::codec::IcemergePhysicalCodec;
 
@@ -69,7 +84,37 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         grpc_max_encoding_message_size: MAX_MESSAGE,
         executor_heartbeat_interval_seconds: 5,
         override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::default())),
+        override_execution_engine: Some(Arc::new(FreshPlanEngine::default())),
         ..Default::default()
     };
     start_executor_process(Arc::new(config)).await
+}
+
+/// Ballista's execution engine, run on a private copy of the stage plan
+/// (a round trip through icemerge's physical codec) for every task.
+#[derive(Default)]
+pub struct FreshPlanEngine {
+    inner: DefaultExecutionEngine,
+    codec: IcemergePhysicalCodec,
+}
+
+impl ExecutionEngine for FreshPlanEngine {
+    fn create_query_stage_exec(
+        &self,
+        job_id: String,
+        stage_id: usize,
+        partition_id: usize,
+        plan: Arc<dyn ExecutionPlan>,
+        work_dir: &str,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn QueryStageExecutor>> {
+        let node = PhysicalPlanNode::try_from_physical_plan(plan, &self.codec)?;
+        let state = SessionStateBuilder::new()
+            .with_config(config.clone())
+            .with_default_features()
+            .build();
+        let fresh = node.try_into_physical_plan(&state.task_ctx(), &self.codec)?;
+        self.inner
+            .create_query_stage_exec(job_id, stage_id, partition_id, fresh, work_dir, config)
+    }
 }

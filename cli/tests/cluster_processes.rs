@@ -1,0 +1,298 @@
+//! A real cluster of processes on loopback: one `icemerge-scheduler` and
+//! executor processes (`icemerge-executor`, push scheduling), driven by the
+//! `icemerge --scheduler` CLI over Flight SQL. Checks a MERGE's result and
+//! the table's rows, that the MERGE's tasks ran in at least two executor
+//! processes (from the executors' own logs), and the bearer-token auth.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const SCHEDULER: &str = env!("CARGO_BIN_EXE_icemerge-scheduler");
+const EXECUTOR: &str = env!("CARGO_BIN_EXE_icemerge-executor");
+const CLI: &str = env!("CARGO_BIN_EXE_icemerge");
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+struct Cluster {
+    dir: tempfile::TempDir,
+    ballista: SocketAddr,
+    flight_sql: SocketAddr,
+    executor_logs: Vec<PathBuf>,
+    // Executors first: they are stopped before the scheduler.
+    _executors: Vec<Process>,
+    _scheduler: Process,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `GET path` on the scheduler's REST API; the body.
+fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect to the REST API");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+impl Cluster {
+    fn start(executors: usize, token: Option<&str>) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let scheduler_log = dir.path().join("scheduler.log");
+        let mut command = Command::new(SCHEDULER);
+        command
+            .args(["--bind-host", "127.0.0.1", "--port", "0"])
+            .args(["--flight-sql-port", "0", "--target-partitions", "6"])
+            .arg("--warehouse")
+            .arg(dir.path().join("warehouse"))
+            .env_remove("ICEMERGE_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&scheduler_log).unwrap());
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        let mut child = command.spawn().expect("spawn icemerge-scheduler");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let scheduler = Process(child);
+        // "icemerge-scheduler: ballista ADDR flight-sql ADDR"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            words.len(),
+            5,
+            "scheduler did not start: '{line}'\n{}",
+            read_log(&scheduler_log)
+        );
+        let ballista: SocketAddr = words[2].parse().unwrap();
+        let flight_sql: SocketAddr = words[4].parse().unwrap();
+
+        let mut processes = vec![];
+        let mut executor_logs = vec![];
+        for i in 0..executors {
+            let log = dir.path().join(format!("executor-{i}.log"));
+            let child = Command::new(EXECUTOR)
+                .arg("--scheduler")
+                .arg(ballista.to_string())
+                .args(["--bind-host", "127.0.0.1", "--task-slots", "2"])
+                .args(["--port", &free_port().to_string()])
+                .args(["--grpc-port", &free_port().to_string()])
+                .arg("--work-dir")
+                .arg(dir.path().join(format!("work-{i}")))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("spawn icemerge-executor");
+            processes.push(Process(child));
+            executor_logs.push(log);
+        }
+        let cluster = Cluster {
+            dir,
+            ballista,
+            flight_sql,
+            executor_logs,
+            _executors: processes,
+            _scheduler: scheduler,
+        };
+        cluster.wait_for_executors(executors);
+        cluster
+    }
+
+    /// Waits until the scheduler's REST API lists `n` executors.
+    fn wait_for_executors(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let body = http_get(self.ballista, "/api/executors");
+            let registered = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.as_array().map(|a| a.len()))
+                .unwrap_or(0);
+            if registered >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {registered} of {n} executors registered: {body}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn logs(&self) -> String {
+        let mut text = read_log(&self.dir.path().join("scheduler.log"));
+        for log in &self.executor_logs {
+            text.push_str(&read_log(log));
+        }
+        text
+    }
+
+    /// Runs the CLI against this cluster.
+    fn cli(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut command = Command::new(CLI);
+        command
+            .arg("--scheduler")
+            .arg(self.flight_sql.to_string())
+            .args(args)
+            .env_remove("ICEMERGE_TOKEN")
+            .env_remove("ICEMERGE_SCHEDULER");
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        command.output().expect("run icemerge")
+    }
+
+    /// Runs SQL through the CLI (CSV output); panics on failure.
+    fn sql(&self, token: Option<&str>, sql: &str) -> String {
+        let out = self.cli(token, &["--format", "csv", "-c", sql]);
+        assert!(
+            out.status.success(),
+            "{sql}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Tasks each executor has finished so far, from its own log.
+    fn tasks_done_per_executor(&self) -> Vec<usize> {
+        self.executor_logs
+            .iter()
+            .map(|log| read_log(log).matches("Done with task").count())
+            .collect()
+    }
+}
+
+#[test]
+fn merge_through_the_cli_runs_on_several_executor_processes() {
+    let cluster = Cluster::start(3, None);
+    cluster.sql(
+        None,
+        "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT)",
+    );
+    for f in 0..8 {
+        cluster.sql(
+            None,
+            &format!("INSERT INTO db.t SELECT {f} * 100 + value, 0 FROM generate_series(0, 49)"),
+        );
+    }
+    let before = cluster.tasks_done_per_executor();
+    // One matched row in every file, plus 3 new rows.
+    let out = cluster.sql(
+        None,
+        "MERGE INTO db.t USING (SELECT value * 100 + 7 AS id FROM generate_series(0, 7)
+                               UNION ALL SELECT 1000 + value FROM generate_series(1, 3)) AS s
+         ON t.id = s.id
+         WHEN MATCHED THEN UPDATE SET v = 1
+         WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 2)",
+    );
+    let after = cluster.tasks_done_per_executor();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with(
+            "count,rows_updated,rows_deleted,rows_inserted,rows_copied,files_scanned,files_removed"
+        ),
+        "{out}"
+    );
+    let figures: Vec<&str> = lines[1].split(',').collect();
+    assert_eq!(
+        &figures[..7],
+        &["11", "8", "0", "3", "392", "8", "8"],
+        "{out}"
+    );
+
+    let busy = before.iter().zip(&after).filter(|(b, a)| a > b).count();
+    assert!(
+        busy >= 2,
+        "the MERGE's tasks ran in {busy} executor process(es): before {before:?}, after {after:?}"
+    );
+
+    let rows = cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.t");
+    assert_eq!(rows, "n,s\n403,14\n");
+    let updated = cluster.sql(None, "SELECT id FROM db.t WHERE v = 1 ORDER BY id");
+    assert_eq!(
+        updated, "id\n7\n107\n207\n307\n407\n507\n607\n707\n",
+        "the matched rows were updated"
+    );
+
+    // Table-format output and DDL messages as the embedded CLI prints them.
+    let out = cluster.cli(None, &["-c", "CREATE SCHEMA other; SELECT 1 AS one"]);
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        "CREATE SCHEMA other\n+-----+\n| one |\n+-----+\n|   1 |\n+-----+\n(1 row)\n"
+    );
+
+    // A failing statement: one error line, exit status 1.
+    let out = cluster.cli(None, &["-c", "SELECT * FROM db.missing"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.starts_with("error: ") && stderr.contains("missing"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn flight_sql_requires_the_token_when_one_is_configured() {
+    let cluster = Cluster::start(1, Some("s3cret-token"));
+    for token in [None, Some("wrong-token")] {
+        let out = cluster.cli(token, &["-c", "CREATE SCHEMA sneaky"]);
+        assert_eq!(out.status.code(), Some(1), "token {token:?} was accepted");
+        let stderr = String::from_utf8(out.stderr).unwrap();
+        assert!(stderr.contains("Unauthenticated"), "{stderr}");
+    }
+    // Nothing ran: the schema does not exist yet, so creating it succeeds.
+    let out = cluster.sql(
+        Some("s3cret-token"),
+        "CREATE SCHEMA sneaky; SELECT 41 + 1 AS x",
+    );
+    assert_eq!(out, "x\n42\n");
+}
+
+#[test]
+fn scheduler_refuses_a_public_bind_without_a_token() {
+    let out = Command::new(SCHEDULER)
+        .args([
+            "--bind-host",
+            "0.0.0.0",
+            "--port",
+            "0",
+            "--flight-sql-port",
+            "0",
+        ])
+        .env_remove("ICEMERGE_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("without an auth token"), "{stderr}");
+}

@@ -296,3 +296,34 @@ fn scheduler_refuses_a_public_bind_without_a_token() {
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("without an auth token"), "{stderr}");
 }
+
+#[test]
+fn adbc_flight_sql_client_runs_merge() {
+    let cluster = Cluster::start(2, Some("py-token"));
+    let uri = format!("grpc://{}", cluster.flight_sql);
+    let result = icemerge_tests::run_python("flight_sql_client.py", &[&uri, "py-token"]);
+    assert_eq!(result["insert"], serde_json::json!([{"count": 100}]));
+    let columns = result["merge_columns"].as_array().unwrap();
+    assert_eq!(columns[0], "count");
+    assert_eq!(columns[1], "rows_updated");
+    let merge = &result["merge"][0];
+    assert_eq!(merge["count"], 20, "{result}");
+    assert_eq!(merge["rows_updated"], 10, "{result}");
+    assert_eq!(merge["rows_inserted"], 10, "{result}");
+    assert_eq!(result["merge_update_count"], 5, "{result}");
+    assert_eq!(
+        result["rows"],
+        serde_json::json!([{"v": 0, "n": 85}, {"v": 1, "n": 10}, {"v": 2, "n": 10}]),
+        "{result}"
+    );
+    let refused = result["wrong_token"].as_str().unwrap();
+    assert!(
+        refused.contains("Unauthenticated") || refused.contains("UNAUTHENTICATED"),
+        "{refused}"
+    );
+    // The wrong-token DROP ran nothing: the table is still there.
+    assert_eq!(
+        cluster.sql(Some("py-token"), "SELECT count(*) AS n FROM py.t"),
+        "n\n105\n"
+    );
+}

@@ -215,7 +215,12 @@ async fn main() -> ExitCode {
                 Err(e) => {
                     drop(stdout);
                     error::report(&e);
-                    ExitCode::FAILURE
+                    if backend::is_cancelled(&e) {
+                        // 128 + SIGINT, as a shell reports an interrupted command.
+                        ExitCode::from(130)
+                    } else {
+                        ExitCode::FAILURE
+                    }
                 }
             }
         }

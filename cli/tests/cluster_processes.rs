@@ -327,3 +327,100 @@ fn adbc_flight_sql_client_runs_merge() {
         "n\n105\n"
     );
 }
+
+/// Every `.parquet` file under `dir`.
+fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut files = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                files.insert(path);
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
+    let cluster = Cluster::start(3, None);
+    cluster.sql(
+        None,
+        "CREATE SCHEMA db; CREATE TABLE db.big (id BIGINT, v BIGINT, s VARCHAR)",
+    );
+    for f in 0..4 {
+        cluster.sql(
+            None,
+            &format!(
+                "INSERT INTO db.big SELECT {f} * 10000000 + value, 0, 'row ' || value
+                 FROM generate_series(0, 999999)"
+            ),
+        );
+    }
+    let warehouse = cluster.dir.path().join("warehouse");
+    let before = parquet_files(&warehouse);
+    let snapshots = "SELECT count(*) AS n FROM db.\"big$snapshots\"";
+    assert_eq!(cluster.sql(None, snapshots), "n\n4\n");
+
+    let mut merge = Command::new(CLI)
+        .arg("--scheduler")
+        .arg(cluster.flight_sql.to_string())
+        .args([
+            "-c",
+            "MERGE INTO db.big USING (SELECT id FROM db.big WHERE id % 2 = 0) s
+             ON big.id = s.id WHEN MATCHED THEN UPDATE SET v = 1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Interrupt once the MERGE's writers have started writing files.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        assert!(
+            merge.try_wait().unwrap().is_none(),
+            "the MERGE finished before it could be interrupted"
+        );
+        if parquet_files(&warehouse).len() > before.len() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the MERGE wrote no file");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let status = Command::new("kill")
+        .args(["-INT", &merge.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = merge.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("statement cancelled"), "{stderr}");
+
+    // The coordinator deletes what the cancelled job wrote.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while parquet_files(&warehouse) != before {
+        assert!(
+            Instant::now() < deadline,
+            "files left behind: {:?}\n{}",
+            parquet_files(&warehouse)
+                .difference(&before)
+                .collect::<Vec<_>>(),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        cluster.sql(None, snapshots),
+        "n\n4\n",
+        "nothing was committed"
+    );
+    assert_eq!(
+        cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.big"),
+        "n,s\n4000000,0\n"
+    );
+}

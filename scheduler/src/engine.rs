@@ -4,12 +4,16 @@
 //! either the in-process cluster's scheduler or, in the `icemerge-scheduler`
 //! process, the scheduler service that process runs (`Scheduler`).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use arrow::record_batch::RecordBatch;
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::extension::SessionConfigExt;
-use datafusion::error::Result;
+use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
+use ballista_core::serde::protobuf::CancelJobParams;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
@@ -45,6 +49,92 @@ pub enum Engine {
     Scheduler(SchedulerTarget),
 }
 
+/// The Ballista job a session is running, so another task can cancel it.
+#[derive(Default)]
+pub struct JobControl {
+    running: Mutex<Option<Arc<DistributedQueryExec<LogicalPlanNode>>>>,
+    /// A statement is executing.
+    active: AtomicBool,
+    /// Cancellation was asked for the executing statement.
+    cancel_requested: AtomicBool,
+}
+
+/// Marks a statement as executing until dropped.
+pub struct ActiveStatement<'a>(&'a JobControl);
+
+impl Drop for ActiveStatement<'_> {
+    fn drop(&mut self) {
+        self.0.active.store(false, Ordering::SeqCst);
+    }
+}
+
+/// The message of a statement stopped by [`JobControl::cancel`].
+pub const CANCELLED: &str = "statement cancelled";
+
+impl JobControl {
+    /// Marks the start of a statement (clearing any earlier cancellation).
+    pub fn begin(&self) -> ActiveStatement<'_> {
+        self.cancel_requested.store(false, Ordering::SeqCst);
+        self.active.store(true, Ordering::SeqCst);
+        ActiveStatement(self)
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.cancel_requested.load(Ordering::SeqCst) {
+            return Err(DataFusionError::Execution(CANCELLED.into()));
+        }
+        Ok(())
+    }
+
+    /// Cancels the executing statement: a job not yet submitted will not
+    /// start, a running job is cancelled on the scheduler (its running
+    /// tasks are stopped; the statement then fails and discards what it
+    /// wrote). Waits up to `wait` for the job to be submitted. Returns the
+    /// cancelled job's id, or None when no job was cancelled (no statement,
+    /// or its job had already finished).
+    pub async fn cancel(&self, scheduler_url: &str, wait: Duration) -> Result<Option<String>> {
+        self.cancel_requested.store(true, Ordering::SeqCst);
+        let deadline = Instant::now() + wait;
+        loop {
+            if !self.active.load(Ordering::SeqCst) {
+                return Ok(None);
+            }
+            let job = self
+                .running
+                .lock()
+                .expect("job lock")
+                .as_ref()
+                .and_then(|exec| exec.job_id());
+            if let Some(job_id) = job {
+                let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
+                    .await
+                    .map_err(|e| {
+                        DataFusionError::Execution(format!(
+                            "cannot reach the scheduler to cancel job {job_id}: {e}"
+                        ))
+                    })?;
+                client
+                    .cancel_job(CancelJobParams {
+                        job_id: job_id.clone(),
+                    })
+                    .await
+                    .map_err(|e| {
+                        DataFusionError::Execution(format!(
+                            "cannot cancel job {job_id}: {}",
+                            e.message()
+                        ))
+                    })?;
+                tracing::info!(job = %job_id, "job cancelled");
+                return Ok(Some(job_id));
+            }
+            if Instant::now() >= deadline {
+                return Ok(None);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// What running a plan produced.
 pub struct PlanRun {
     pub batches: Vec<RecordBatch>,
@@ -54,7 +144,7 @@ pub struct PlanRun {
 
 impl Engine {
     /// The URL of the Ballista scheduler jobs are submitted to.
-    fn scheduler_url(&self) -> Option<String> {
+    pub fn scheduler_url(&self) -> Option<String> {
         match self {
             Engine::Local => None,
             Engine::Cluster(cluster) => Some(cluster.scheduler_url()),
@@ -71,8 +161,15 @@ impl Engine {
         }
     }
 
-    /// Runs `plan` to completion and returns its output.
-    pub async fn run(&self, ctx: &SessionContext, plan: Arc<dyn ExecutionPlan>) -> Result<PlanRun> {
+    /// Runs `plan` to completion and returns its output; a Ballista job is
+    /// registered in `control` while it runs.
+    pub async fn run(
+        &self,
+        ctx: &SessionContext,
+        plan: Arc<dyn ExecutionPlan>,
+        control: &JobControl,
+    ) -> Result<PlanRun> {
+        control.check()?;
         match self.scheduler_url() {
             None => Ok(PlanRun {
                 batches: collect(plan, ctx.task_ctx()).await?,
@@ -89,8 +186,16 @@ impl Engine {
                     ctx.session_id(),
                 ));
                 let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
+                *control.running.lock().expect("job lock") = Some(exec.clone());
                 let batches = collect(exec.clone(), task_ctx).await;
+                *control.running.lock().expect("job lock") = None;
                 let job_id = exec.job_id();
+                if control.cancel_requested.load(Ordering::SeqCst) && batches.is_err() {
+                    return Err(DataFusionError::Execution(format!(
+                        "{CANCELLED} (job {})",
+                        job_id.unwrap_or_default()
+                    )));
+                }
                 Ok(PlanRun {
                     batches: batches?,
                     job_id,

@@ -19,7 +19,9 @@
 //! `authorization` header is not `Bearer <token>` with `Unauthenticated`
 //! before any handler (and so any statement) runs.
 //!
-//! Statements run one at a time: the coordinator has one session.
+//! Statements run one at a time: the coordinator has one session. A client
+//! that cancels its call (drops the request) cancels the statement's
+//! Ballista job; the statement then commits nothing.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -117,7 +119,7 @@ struct StoredResult {
 pub struct IcemergeFlightSql {
     session: Arc<Session>,
     /// Serializes statements on the one session.
-    running: tokio::sync::Mutex<()>,
+    running: Arc<tokio::sync::Mutex<()>>,
     results: Mutex<HashMap<String, StoredResult>>,
 }
 
@@ -125,15 +127,33 @@ impl IcemergeFlightSql {
     pub fn new(session: Arc<Session>) -> Self {
         Self {
             session,
-            running: tokio::sync::Mutex::new(()),
+            running: Arc::new(tokio::sync::Mutex::new(())),
             results: Mutex::new(HashMap::new()),
         }
     }
 
+    /// Runs a statement to completion in its own task. If the caller goes
+    /// away first (the client cancelled the call, e.g. Ctrl-C in the CLI),
+    /// the statement's job is cancelled: it then fails, commits nothing and
+    /// deletes the files it wrote.
     async fn run(&self, sql: &str) -> Result<StatementOutput, Status> {
-        let _one_at_a_time = self.running.lock().await;
+        let turn = self.running.clone().lock_owned().await;
         tracing::info!(statement = %sql, "running");
-        self.session.execute_one(sql).await.map_err(statement_error)
+        let session = self.session.clone();
+        let sql = sql.to_string();
+        let statement = tokio::spawn(async move {
+            let _turn = turn;
+            session.execute_one(&sql).await
+        });
+        let mut guard = CancelOnDrop {
+            session: Some(self.session.clone()),
+        };
+        let result = statement.await;
+        guard.session = None;
+        match result {
+            Ok(output) => output.map_err(statement_error),
+            Err(e) => Err(Status::internal(format!("the statement panicked: {e}"))),
+        }
     }
 
     fn store(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> String {
@@ -149,6 +169,26 @@ impl IcemergeFlightSql {
             },
         );
         handle
+    }
+}
+
+/// Cancels the session's running statement when dropped while armed.
+struct CancelOnDrop {
+    session: Option<Arc<Session>>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            tracing::info!("client went away: cancelling its statement");
+            tokio::spawn(async move {
+                match session.cancel().await {
+                    Ok(Some(job)) => tracing::info!(job = %job, "cancelled"),
+                    Ok(None) => tracing::info!("no running job to cancel"),
+                    Err(e) => tracing::warn!("cancelling failed: {e}"),
+                }
+            });
+        }
     }
 }
 

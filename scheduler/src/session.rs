@@ -31,7 +31,7 @@ use crate::catalog::{open_catalog, CatalogOptions, OpenCatalog};
 use crate::catalog_provider::IcebergCatalogProvider;
 use crate::cluster::InProcessCluster;
 use crate::commit::{commit_append, data_files_from_batches, discard_write};
-use crate::engine::{Engine, EngineKind, SchedulerTarget};
+use crate::engine::{Engine, EngineKind, JobControl, SchedulerTarget};
 use crate::merge::{
     collect_fragments, commit_merge, discard_uncommitted, plan_merge, MergeOutcome,
 };
@@ -81,6 +81,7 @@ pub struct Session {
     engine: Engine,
     last_job: Mutex<Option<String>>,
     last_metrics: Mutex<OperatorMetrics>,
+    control: JobControl,
 }
 
 /// Named counters summed over operators and tasks.
@@ -211,6 +212,7 @@ impl Session {
             provider,
             engine,
             last_job: Mutex::new(None),
+            control: JobControl::default(),
             last_metrics: Mutex::new(OperatorMetrics::default()),
         })
     }
@@ -247,8 +249,24 @@ impl Session {
         Ok(outputs)
     }
 
+    /// Cancels the statement executing on this session (from another task):
+    /// its Ballista job is cancelled, so the statement fails, commits nothing
+    /// and deletes the files it wrote. Returns the cancelled job's id, None
+    /// if no job was running (local engine, or nothing to cancel).
+    pub async fn cancel(&self) -> Result<Option<String>> {
+        match self.engine.scheduler_url() {
+            Some(url) => {
+                self.control
+                    .cancel(&url, std::time::Duration::from_secs(30))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
+        let _active = self.control.begin();
         match self.execute_statement(sql).await {
             Ok(out) => Ok(out),
             Err(e) => Err(self.name_missing_namespace(e).await),
@@ -376,7 +394,10 @@ impl Session {
     }
 
     async fn run_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
-        let run = self.engine.run(&self.ctx, plan.clone()).await?;
+        let run = self
+            .engine
+            .run(&self.ctx, plan.clone(), &self.control)
+            .await?;
         let metrics = match (self.engine.ledger(), &run.job_id) {
             (Some(ledger), Some(job)) => {
                 let mut totals = OperatorMetrics::default();

@@ -30,7 +30,7 @@ struct Cluster {
     flight_sql: SocketAddr,
     executor_logs: Vec<PathBuf>,
     // Executors first: they are stopped before the scheduler.
-    _executors: Vec<Process>,
+    executors: Vec<Process>,
     _scheduler: Process,
 }
 
@@ -70,6 +70,7 @@ impl Cluster {
         command
             .args(["--bind-host", "127.0.0.1", "--port", "0"])
             .args(["--flight-sql-port", "0", "--target-partitions", "6"])
+            .args(["--executor-timeout", "10"])
             .arg("--warehouse")
             .arg(dir.path().join("warehouse"))
             .env_remove("ICEMERGE_TOKEN")
@@ -119,7 +120,7 @@ impl Cluster {
             ballista,
             flight_sql,
             executor_logs,
-            _executors: processes,
+            executors: processes,
             _scheduler: scheduler,
         };
         cluster.wait_for_executors(executors);
@@ -348,6 +349,46 @@ fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
 #[test]
 fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
     let cluster = Cluster::start(3, None);
+    let (merge, before) = start_big_merge(&cluster);
+    let status = Command::new("kill")
+        .args(["-INT", &merge.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = merge.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("statement cancelled"), "{stderr}");
+
+    // The coordinator deletes what the cancelled job wrote.
+    let warehouse = cluster.dir.path().join("warehouse");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while parquet_files(&warehouse) != before {
+        assert!(
+            Instant::now() < deadline,
+            "files left behind: {:?}\n{}",
+            parquet_files(&warehouse)
+                .difference(&before)
+                .collect::<Vec<_>>(),
+            cluster.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let snapshots = "SELECT count(*) AS n FROM db.\"big$snapshots\"";
+    assert_eq!(
+        cluster.sql(None, snapshots),
+        "n\n4\n",
+        "nothing was committed"
+    );
+    assert_eq!(
+        cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.big"),
+        "n,s\n4000000,0\n"
+    );
+}
+
+/// Builds a 4M-row table and starts a MERGE updating half of it; returns
+/// once the MERGE's writers have written a file, with the files from before.
+fn start_big_merge(cluster: &Cluster) -> (Child, std::collections::BTreeSet<PathBuf>) {
     cluster.sql(
         None,
         "CREATE SCHEMA db; CREATE TABLE db.big (id BIGINT, v BIGINT, s VARCHAR)",
@@ -363,13 +404,12 @@ fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
     }
     let warehouse = cluster.dir.path().join("warehouse");
     let before = parquet_files(&warehouse);
-    let snapshots = "SELECT count(*) AS n FROM db.\"big$snapshots\"";
-    assert_eq!(cluster.sql(None, snapshots), "n\n4\n");
-
     let mut merge = Command::new(CLI)
         .arg("--scheduler")
         .arg(cluster.flight_sql.to_string())
         .args([
+            "--format",
+            "csv",
             "-c",
             "MERGE INTO db.big USING (SELECT id FROM db.big WHERE id % 2 = 0) s
              ON big.id = s.id WHEN MATCHED THEN UPDATE SET v = 1",
@@ -378,7 +418,6 @@ fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // Interrupt once the MERGE's writers have started writing files.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         assert!(
@@ -386,41 +425,70 @@ fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
             "the MERGE finished before it could be interrupted"
         );
         if parquet_files(&warehouse).len() > before.len() {
-            break;
+            return (merge, before);
         }
         assert!(Instant::now() < deadline, "the MERGE wrote no file");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let status = Command::new("kill")
-        .args(["-INT", &merge.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let out = merge.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{stderr}");
-    assert!(stderr.contains("statement cancelled"), "{stderr}");
+}
 
-    // The coordinator deletes what the cancelled job wrote.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while parquet_files(&warehouse) != before {
+#[test]
+fn killing_an_executor_during_the_writer_stage_leaves_no_orphans() {
+    let mut cluster = Cluster::start(3, None);
+    let (merge, before) = start_big_merge(&cluster);
+    // Kill the executor that has run the most tasks (it holds writer tasks).
+    let busiest = cluster
+        .tasks_done_per_executor()
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, n)| **n)
+        .map(|(i, _)| i)
+        .unwrap();
+    let mut victim = cluster.executors.remove(busiest);
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+
+    let out = merge.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let warehouse = cluster.dir.path().join("warehouse");
+    let snapshots = cluster.sql(None, "SELECT count(*) AS n FROM db.\"big$snapshots\"");
+    let totals = cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.big");
+    let live: std::collections::BTreeSet<PathBuf> = cluster
+        .sql(None, "SELECT file_path FROM db.\"big$files\"")
+        .lines()
+        .skip(1)
+        .map(|p| PathBuf::from(p.trim_start_matches("file://")))
+        .collect();
+    if out.status.success() {
+        // Completed: tasks of the lost executor re-ran elsewhere.
+        assert!(stdout.starts_with("count,rows_updated"), "{stdout}");
         assert!(
-            Instant::now() < deadline,
-            "files left behind: {:?}\n{}",
-            parquet_files(&warehouse)
-                .difference(&before)
-                .collect::<Vec<_>>(),
-            cluster.logs()
+            stdout
+                .lines()
+                .nth(1)
+                .unwrap()
+                .starts_with("2000000,2000000,"),
+            "{stdout}"
         );
-        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(snapshots, "n\n5\n");
+        assert_eq!(totals, "n,s\n4000000,2000000\n");
+    } else {
+        // Failed: a clear error, nothing committed.
+        assert!(stderr.starts_with("error: "), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(snapshots, "n\n4\n", "{stderr}");
+        assert_eq!(totals, "n,s\n4000000,0\n", "{stderr}");
     }
-    assert_eq!(
-        cluster.sql(None, snapshots),
-        "n\n4\n",
-        "nothing was committed"
+    // No orphans: every data file is one of the old snapshots' or live.
+    let orphans: Vec<_> = parquet_files(&warehouse)
+        .into_iter()
+        .filter(|f| !before.contains(f) && !live.contains(f))
+        .collect();
+    assert!(
+        orphans.is_empty(),
+        "orphan files {orphans:?}; merge: {stdout}{stderr}\n{}",
+        cluster.logs()
     );
-    assert_eq!(
-        cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.big"),
-        "n,s\n4000000,0\n"
-    );
+    eprintln!("executor kill: merge {stdout}{stderr}");
 }

@@ -70,6 +70,35 @@ impl TaskLedger {
     }
 }
 
+/// When each executor was last heard from (registration, heartbeat, task
+/// status), as seen by the `icemerge-scheduler` process.
+#[derive(Debug, Default, Clone)]
+pub struct ExecutorLiveness(Arc<Mutex<std::collections::HashMap<String, std::time::Instant>>>);
+
+impl ExecutorLiveness {
+    /// Records that `executor_id` was heard from now.
+    pub fn seen(&self, executor_id: &str) {
+        if executor_id.is_empty() {
+            return;
+        }
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .insert(executor_id.to_string(), std::time::Instant::now());
+    }
+
+    /// Executors heard from within `within`.
+    pub fn alive(&self, within: std::time::Duration) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .iter()
+            .filter(|(_, t)| t.elapsed() <= within)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+}
+
 struct LedgerCollector {
     executor_id: String,
     ledger: TaskLedger,

@@ -19,7 +19,7 @@ use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use datafusion_proto::protobuf::LogicalPlanNode;
 
-use crate::cluster::{InProcessCluster, TaskLedger};
+use crate::cluster::{ExecutorLiveness, InProcessCluster, TaskLedger};
 use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanNode};
 
 /// Which engine runs statements.
@@ -40,6 +40,12 @@ pub struct SchedulerTarget {
     pub url: String,
     /// Finished tasks as reported to that scheduler by its executors.
     pub ledger: TaskLedger,
+    /// When each executor was last heard from.
+    pub liveness: ExecutorLiveness,
+    /// An executor silent this long during a job is taken as lost: the job
+    /// is cancelled and the statement fails (Ballista 53 can stall a job
+    /// whose executor died instead of re-running its tasks).
+    pub executor_timeout: Duration,
 }
 
 /// A running engine.
@@ -106,25 +112,7 @@ impl JobControl {
                 .as_ref()
                 .and_then(|exec| exec.job_id());
             if let Some(job_id) = job {
-                let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
-                    .await
-                    .map_err(|e| {
-                        DataFusionError::Execution(format!(
-                            "cannot reach the scheduler to cancel job {job_id}: {e}"
-                        ))
-                    })?;
-                client
-                    .cancel_job(CancelJobParams {
-                        job_id: job_id.clone(),
-                    })
-                    .await
-                    .map_err(|e| {
-                        DataFusionError::Execution(format!(
-                            "cannot cancel job {job_id}: {}",
-                            e.message()
-                        ))
-                    })?;
-                tracing::info!(job = %job_id, "job cancelled");
+                cancel_job(scheduler_url, &job_id).await?;
                 return Ok(Some(job_id));
             }
             if Instant::now() >= deadline {
@@ -179,7 +167,7 @@ impl Engine {
                 let logical = ShippedPlanNode::new(plan)?.into_logical_plan();
                 let config = ctx.copied_config();
                 let exec = Arc::new(DistributedQueryExec::<LogicalPlanNode>::with_extension(
-                    scheduler_url,
+                    scheduler_url.clone(),
                     config.ballista_config(),
                     logical,
                     Arc::new(IcemergeLogicalCodec::default()),
@@ -187,7 +175,12 @@ impl Engine {
                 ));
                 let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
                 *control.running.lock().expect("job lock") = Some(exec.clone());
-                let batches = collect(exec.clone(), task_ctx).await;
+                let batches = match self {
+                    Engine::Scheduler(target) => {
+                        watch_executors(target, &scheduler_url, exec.clone(), task_ctx).await
+                    }
+                    _ => collect(exec.clone(), task_ctx).await,
+                };
                 *control.running.lock().expect("job lock") = None;
                 let job_id = exec.job_id();
                 if control.cancel_requested.load(Ordering::SeqCst) && batches.is_err() {
@@ -203,4 +196,70 @@ impl Engine {
             }
         }
     }
+}
+
+/// Asks the scheduler at `scheduler_url` to cancel `job_id` (its running
+/// tasks are stopped; the job fails with "Cancelled").
+pub async fn cancel_job(scheduler_url: &str, job_id: &str) -> Result<()> {
+    let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!(
+                "cannot reach the scheduler to cancel job {job_id}: {e}"
+            ))
+        })?;
+    client
+        .cancel_job(CancelJobParams {
+            job_id: job_id.to_string(),
+        })
+        .await
+        .map_err(|e| {
+            DataFusionError::Execution(format!("cannot cancel job {job_id}: {}", e.message()))
+        })?;
+    tracing::info!(job = %job_id, "job cancelled");
+    Ok(())
+}
+
+/// Runs the job while watching the executors that were alive when it
+/// started: if one falls silent for longer than the executor timeout, the
+/// job is cancelled and the statement fails with an error naming it.
+async fn watch_executors(
+    target: &SchedulerTarget,
+    scheduler_url: &str,
+    exec: Arc<DistributedQueryExec<LogicalPlanNode>>,
+    task_ctx: Arc<TaskContext>,
+) -> Result<Vec<RecordBatch>> {
+    let timeout = target.executor_timeout;
+    let watched = target.liveness.alive(timeout);
+    let run = collect(exec.clone(), task_ctx);
+    tokio::pin!(run);
+    let lost = loop {
+        tokio::select! {
+            result = &mut run => return result,
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                let alive = target.liveness.alive(timeout);
+                let lost: Vec<String> = watched
+                    .iter()
+                    .filter(|id| !alive.contains(id))
+                    .cloned()
+                    .collect();
+                if !lost.is_empty() {
+                    break lost;
+                }
+            }
+        }
+    };
+    let job_id = exec.job_id().unwrap_or_default();
+    tracing::warn!(job = %job_id, lost = ?lost, "executor lost during the job: cancelling it");
+    if !job_id.is_empty() {
+        cancel_job(scheduler_url, &job_id).await?;
+        // Let the job end before the statement cleans up after it.
+        let _ = tokio::time::timeout(Duration::from_secs(30), &mut run).await;
+    }
+    Err(DataFusionError::Execution(format!(
+        "executor {} stopped responding during job {job_id} (no heartbeat for {}s); \
+         the job was cancelled and nothing was committed: run the statement again",
+        lost.join(", "),
+        timeout.as_secs()
+    )))
 }

@@ -30,7 +30,7 @@ use tokio::task::JoinHandle;
 use tonic::{Request, Response, Status};
 
 use crate::catalog::CatalogOptions;
-use crate::cluster::{TaskLedger, TaskRecord};
+use crate::cluster::{ExecutorLiveness, TaskLedger, TaskRecord};
 use crate::engine::SchedulerTarget;
 use crate::flight_sql::{serve_flight_sql, Auth};
 use crate::session::{session_config, Session, SessionOptions};
@@ -57,6 +57,9 @@ pub struct SchedulerProcessOptions {
     pub target_partitions: Option<usize>,
     /// Executors run tasks pushed by the scheduler (default) or poll for them.
     pub push_scheduling: bool,
+    /// An executor silent for this long is declared lost and its tasks run
+    /// elsewhere.
+    pub executor_timeout_seconds: u64,
 }
 
 /// A running scheduler process.
@@ -113,13 +116,19 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     });
     let config = session_config(target_partitions);
     let ledger = TaskLedger::default();
+    let liveness = ExecutorLiveness::default();
 
     let ballista_listener = bind(options.bind_host, options.ballista_port, "Ballista").await?;
     let ballista_addr = ballista_listener
         .local_addr()
         .map_err(|e| config_err(e.to_string()))?;
     let scheduler = create_ballista_scheduler(&options, config.clone(), ballista_addr).await?;
-    let ballista = tokio::spawn(serve_ballista(ballista_listener, scheduler, ledger.clone()));
+    let ballista = tokio::spawn(serve_ballista(
+        ballista_listener,
+        scheduler,
+        ledger.clone(),
+        liveness.clone(),
+    ));
 
     // The coordinator submits jobs to this process's own scheduler.
     let connect_host = if options.bind_host.is_unspecified() {
@@ -134,6 +143,8 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
             ballista_addr.port()
         ),
         ledger: ledger.clone(),
+        liveness,
+        executor_timeout: std::time::Duration::from_secs(options.executor_timeout_seconds.max(1)),
     };
     let session = Session::open_on_scheduler(
         SessionOptions {
@@ -204,6 +215,9 @@ async fn create_ballista_scheduler(
         .with_override_config_producer(config_producer.clone())
         .with_override_session_builder(session_builder.clone());
     scheduler_config.bind_host = addr.ip().to_string();
+    scheduler_config.executor_timeout_seconds = options.executor_timeout_seconds.max(1);
+    scheduler_config.expire_dead_executor_interval_seconds =
+        (options.executor_timeout_seconds / 3).clamp(1, 15);
     scheduler_config.override_logical_codec = Some(Arc::new(IcemergeLogicalCodec::default()));
     scheduler_config.override_physical_codec = Some(Arc::new(IcemergePhysicalCodec::default()));
     let cluster = BallistaCluster::new_memory(addr.to_string(), session_builder, config_producer);
@@ -218,10 +232,12 @@ async fn serve_ballista(
     listener: TcpListener,
     scheduler: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     ledger: TaskLedger,
+    liveness: ExecutorLiveness,
 ) -> std::io::Result<()> {
     let grpc = SchedulerGrpcServer::new(LedgerScheduler {
         inner: scheduler.clone(),
         ledger,
+        liveness,
     })
     .max_decoding_message_size(MAX_MESSAGE as usize)
     .max_encoding_message_size(MAX_MESSAGE as usize);
@@ -242,10 +258,12 @@ async fn serve_ballista(
 struct LedgerScheduler {
     inner: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     ledger: TaskLedger,
+    liveness: ExecutorLiveness,
 }
 
 impl LedgerScheduler {
     fn record(&self, executor_id: &str, statuses: &[TaskStatus]) {
+        self.liveness.seen(executor_id);
         for status in statuses {
             let Some(task_status::Status::Successful(done)) = &status.status else {
                 continue;
@@ -300,6 +318,9 @@ impl SchedulerGrpc for LedgerScheduler {
         &self,
         request: Request<protobuf::RegisterExecutorParams>,
     ) -> std::result::Result<Response<protobuf::RegisterExecutorResult>, Status> {
+        if let Some(metadata) = &request.get_ref().metadata {
+            self.liveness.seen(&metadata.id);
+        }
         self.inner.register_executor(request).await
     }
 
@@ -307,6 +328,7 @@ impl SchedulerGrpc for LedgerScheduler {
         &self,
         request: Request<protobuf::HeartBeatParams>,
     ) -> std::result::Result<Response<protobuf::HeartBeatResult>, Status> {
+        self.liveness.seen(&request.get_ref().executor_id);
         self.inner.heart_beat_from_executor(request).await
     }
 
@@ -397,6 +419,7 @@ mod tests {
             insecure_no_auth: insecure,
             target_partitions: None,
             push_scheduling: true,
+            executor_timeout_seconds: 30,
         }
     }
 

@@ -81,6 +81,11 @@ struct Args {
     /// the executors with --pull too). Running tasks cannot be cancelled.
     #[arg(long)]
     pull: bool,
+
+    /// Seconds without a heartbeat after which an executor is declared lost
+    /// and its tasks are run on the others (executors beat every 5 s).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    executor_timeout: u64,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -105,6 +110,7 @@ async fn main() -> ExitCode {
         insecure_no_auth: args.insecure_no_auth,
         target_partitions: args.target_partitions,
         push_scheduling: !args.pull,
+        executor_timeout_seconds: args.executor_timeout,
     };
     let running = match start(options).await {
         Ok(running) => running,

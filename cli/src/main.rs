@@ -7,6 +7,7 @@
 mod backend;
 mod error;
 mod output;
+mod progress;
 mod remote;
 mod repl;
 mod script;
@@ -193,7 +194,11 @@ async fn main() -> ExitCode {
             let token = args.token.as_deref().filter(|t| !t.is_empty());
             RemoteSession::connect(address, token)
                 .await
-                .map(Backend::Remote)
+                .map(|mut remote| {
+                    // Progress bars go to stderr, for someone watching a terminal.
+                    remote.progress = std::io::stdout().is_terminal() && !args.quiet;
+                    Backend::Remote(remote)
+                })
         }
         None => Session::open(args.session_options())
             .await

@@ -3,7 +3,8 @@
 //! `CommandStatementQuery`) and turns the answer back into the same
 //! [`StatementOutput`] the embedded engine produces, so every output format
 //! prints identically. With a token, every call carries
-//! `authorization: Bearer <token>`.
+//! `authorization: Bearer <token>`. While a statement runs, per-stage
+//! progress bars are drawn when enabled (see `progress`).
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
@@ -22,7 +23,7 @@ use tonic::{Request, Status};
 
 /// Adds the bearer token to every call.
 #[derive(Clone)]
-struct BearerToken(Option<MetadataValue<tonic::metadata::Ascii>>);
+pub struct BearerToken(Option<MetadataValue<tonic::metadata::Ascii>>);
 
 impl tonic::service::Interceptor for BearerToken {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
@@ -39,6 +40,8 @@ impl tonic::service::Interceptor for BearerToken {
 pub struct RemoteSession {
     address: String,
     client: FlightServiceClient<InterceptedService<Channel, BearerToken>>,
+    /// Draw per-stage progress bars while a statement runs.
+    pub progress: bool,
 }
 
 const MAX_MESSAGE: usize = 256 * 1024 * 1024;
@@ -74,6 +77,7 @@ impl RemoteSession {
         Ok(Self {
             address: address.to_string(),
             client,
+            progress: false,
         })
     }
 
@@ -85,11 +89,15 @@ impl RemoteSession {
             transaction_id: None,
         };
         let descriptor = FlightDescriptor::new_cmd(command.as_any().encode_to_vec());
+        let bars = self
+            .progress
+            .then(|| crate::progress::ProgressBars::start(self.client.clone()));
         let info = client
             .get_flight_info(descriptor)
             .await
             .map_err(|s| self.status_error(s))?
             .into_inner();
+        drop(bars);
         if info.endpoint.is_empty() {
             return Ok(StatementOutput::Done {
                 message: String::from_utf8_lossy(&info.app_metadata).to_string(),

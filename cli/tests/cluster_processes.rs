@@ -492,3 +492,60 @@ fn killing_an_executor_during_the_writer_stage_leaves_no_orphans() {
     );
     eprintln!("executor kill: merge {stdout}{stderr}");
 }
+
+/// Asks the scheduler's `icemerge.progress` action (what the CLI's
+/// progress bars show).
+fn progress_report(flight_sql: SocketAddr) -> serde_json::Value {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        use arrow_flight::flight_service_client::FlightServiceClient;
+        use futures::TryStreamExt;
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{flight_sql}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = FlightServiceClient::new(channel);
+        let action = arrow_flight::Action {
+            r#type: "icemerge.progress".into(),
+            body: Default::default(),
+        };
+        let mut stream = client.do_action(action).await.unwrap().into_inner();
+        let result = stream.try_next().await.unwrap().unwrap();
+        serde_json::from_slice(&result.body).unwrap()
+    })
+}
+
+#[test]
+fn progress_of_a_running_merge_per_stage() {
+    let cluster = Cluster::start(3, None);
+    let (merge, _) = start_big_merge(&cluster);
+    // The writers are running: the report names the job and its stages.
+    let report = progress_report(cluster.flight_sql);
+    let out = merge.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(report["job"].is_string(), "{report}");
+    let stages = report["stages"].as_array().unwrap();
+    assert!(stages.len() >= 3, "{report}");
+    let running: Vec<_> = stages
+        .iter()
+        .filter(|s| s["total"].as_u64().is_some_and(|t| t > 0))
+        .collect();
+    assert!(!running.is_empty(), "no stage with tasks: {report}");
+    for stage in &running {
+        assert!(stage["done"].as_u64().unwrap() <= stage["total"].as_u64().unwrap());
+    }
+    assert!(
+        stages.iter().any(|s| s["status"] == "Successful"),
+        "the writers run after the earlier stages succeeded: {report}"
+    );
+    // Idle: no job.
+    assert!(progress_report(cluster.flight_sql)["job"].is_null());
+}

@@ -85,6 +85,15 @@ impl JobControl {
         ActiveStatement(self)
     }
 
+    /// The Ballista job id of the job running now, once submitted.
+    pub fn running_job_id(&self) -> Option<String> {
+        self.running
+            .lock()
+            .expect("job lock")
+            .as_ref()
+            .and_then(|exec| exec.job_id())
+    }
+
     fn check(&self) -> Result<()> {
         if self.cancel_requested.load(Ordering::SeqCst) {
             return Err(DataFusionError::Execution(CANCELLED.into()));

@@ -14,6 +14,9 @@
 //!   count: the `count` column of INSERT / MERGE, 0 for DDL, and the number
 //!   of rows for any statement that returns rows.
 //! - `GetSqlInfo` reports the server name and version.
+//! - Action `icemerge.progress` returns JSON `{"job": id|null, "stages":
+//!   [{"stage", "status", "done", "total"}]}` for the statement running now
+//!   (the CLI's progress bars).
 //!
 //! Auth: with a token configured, an interceptor refuses every call whose
 //! `authorization` header is not `Bearer <token>` with `Unauthenticated`
@@ -40,7 +43,8 @@ use arrow_flight::sql::{
     TicketStatementQuery,
 };
 use arrow_flight::{
-    FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, Ticket,
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    Ticket,
 };
 use datafusion::error::DataFusionError;
 use futures::{Stream, TryStreamExt};
@@ -49,6 +53,7 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::scheduler_process::JobProgress;
 use crate::session::{Session, StatementOutput};
 
 /// How long an unfetched query result is kept.
@@ -98,8 +103,11 @@ pub async fn serve_flight_sql(
     listener: TcpListener,
     session: Arc<Session>,
     auth: Auth,
+    progress: Option<JobProgress>,
 ) -> Result<(), tonic::transport::Error> {
-    let service = FlightServiceServer::new(IcemergeFlightSql::new(session))
+    let mut service = IcemergeFlightSql::new(session);
+    service.progress = progress;
+    let service = FlightServiceServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let service = InterceptedService::new(service, move |request| auth.check(request));
@@ -121,6 +129,29 @@ pub struct IcemergeFlightSql {
     /// Serializes statements on the one session.
     running: Arc<tokio::sync::Mutex<()>>,
     results: Mutex<HashMap<String, StoredResult>>,
+    progress: Option<JobProgress>,
+}
+
+/// The name of the progress action.
+pub const PROGRESS_ACTION: &str = "icemerge.progress";
+
+/// One stage of the running job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StageProgress {
+    pub stage: usize,
+    /// Ballista's stage state: Unresolved, Resolved, Running, Successful, Failed.
+    pub status: String,
+    /// Tasks finished.
+    pub done: usize,
+    /// Tasks of the stage (None until it runs).
+    pub total: Option<usize>,
+}
+
+/// The answer of the progress action.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct JobProgressReport {
+    pub job: Option<String>,
+    pub stages: Vec<StageProgress>,
 }
 
 impl IcemergeFlightSql {
@@ -129,6 +160,7 @@ impl IcemergeFlightSql {
             session,
             running: Arc::new(tokio::sync::Mutex::new(())),
             results: Mutex::new(HashMap::new()),
+            progress: None,
         }
     }
 
@@ -365,6 +397,33 @@ impl FlightSqlService for IcemergeFlightSql {
             .build()
             .map_err(|e| Status::internal(format!("SqlInfo: {e}")))?;
         Ok(Response::new(encode(schema, vec![batch])))
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoActionStream>,
+        Status,
+    > {
+        if request.get_ref().r#type != PROGRESS_ACTION {
+            return Err(Status::invalid_argument(format!(
+                "unknown action '{}'",
+                request.get_ref().r#type
+            )));
+        }
+        let mut report = JobProgressReport {
+            job: self.session.running_job_id(),
+            stages: vec![],
+        };
+        if let (Some(job), Some(progress)) = (&report.job, &self.progress) {
+            // A job just submitted may not be visible yet: no stages then.
+            report.stages = progress.stages(job).await.unwrap_or_default();
+        }
+        let body =
+            serde_json::to_vec(&report).map_err(|e| Status::internal(format!("progress: {e}")))?;
+        let result = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

@@ -32,7 +32,7 @@ use tonic::{Request, Response, Status};
 use crate::catalog::CatalogOptions;
 use crate::cluster::{ExecutorLiveness, TaskLedger, TaskRecord};
 use crate::engine::SchedulerTarget;
-use crate::flight_sql::{serve_flight_sql, Auth};
+use crate::flight_sql::{serve_flight_sql, Auth, StageProgress};
 use crate::session::{session_config, Session, SessionOptions};
 use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanQueryPlanner};
 
@@ -123,6 +123,9 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
         .local_addr()
         .map_err(|e| config_err(e.to_string()))?;
     let scheduler = create_ballista_scheduler(&options, config.clone(), ballista_addr).await?;
+    let progress = JobProgress {
+        router: ballista_scheduler::api::get_routes(Arc::new(scheduler.clone())),
+    };
     let ballista = tokio::spawn(serve_ballista(
         ballista_listener,
         scheduler,
@@ -163,7 +166,12 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let auth = Auth {
         token: options.token.clone(),
     };
-    let flight_sql = tokio::spawn(serve_flight_sql(flight_listener, Arc::new(session), auth));
+    let flight_sql = tokio::spawn(serve_flight_sql(
+        flight_listener,
+        Arc::new(session),
+        auth,
+        Some(progress),
+    ));
     Ok(RunningScheduler {
         ballista_addr,
         flight_sql_addr,
@@ -250,6 +258,72 @@ async fn serve_ballista(
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await
+}
+
+/// Per-stage task progress of a job, read from Ballista's REST API
+/// (`/api/job/{id}/stages`) in-process, without a network round trip.
+#[derive(Clone)]
+pub struct JobProgress {
+    router: axum::Router,
+}
+
+impl JobProgress {
+    /// The job's stages in id order; `total` is None until a stage runs.
+    pub async fn stages(&self, job_id: &str) -> std::result::Result<Vec<StageProgress>, String> {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(format!("/api/job/{job_id}/stages"))
+            .body(axum::body::Body::empty())
+            .map_err(|e| e.to_string())?;
+        let response = self
+            .router
+            .clone()
+            .oneshot(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 64 * 1024 * 1024)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!(
+                "job {job_id}: {status}: {}",
+                String::from_utf8_lossy(&body)
+            ));
+        }
+        let json: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        Ok(parse_stages(&json))
+    }
+}
+
+/// Reads Ballista's `QueryStagesResponse` JSON.
+fn parse_stages(json: &serde_json::Value) -> Vec<StageProgress> {
+    let mut stages: Vec<StageProgress> = json["stages"]
+        .as_array()
+        .map(|a| a.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|stage| {
+            let id = stage["stage_id"].as_str()?.parse().ok()?;
+            let status = stage["stage_status"].as_str().unwrap_or("").to_string();
+            let tasks = stage["tasks"]
+                .as_array()
+                .map(|a| a.as_slice())
+                .unwrap_or_default();
+            let done = tasks
+                .iter()
+                .filter(|t| t["status"].as_str() == Some("Successful"))
+                .count();
+            let total = (!tasks.is_empty()).then_some(tasks.len());
+            Some(StageProgress {
+                stage: id,
+                status,
+                done,
+                total,
+            })
+        })
+        .collect();
+    stages.sort_by_key(|s| s.stage);
+    stages
 }
 
 /// Ballista's scheduler service with every reported task status recorded
@@ -421,6 +495,23 @@ mod tests {
             push_scheduling: true,
             executor_timeout_seconds: 30,
         }
+    }
+
+    #[test]
+    fn reads_stage_progress() {
+        let json = serde_json::json!({"stages": [
+            {"stage_id": "2", "stage_status": "Running",
+             "tasks": [{"status": "Successful"}, null, {"status": "Running"}]},
+            {"stage_id": "1", "stage_status": "Successful",
+             "tasks": [{"status": "Successful"}, {"status": "Successful"}]},
+            {"stage_id": "3", "stage_status": "Unresolved", "tasks": []}
+        ]});
+        let stages = parse_stages(&json);
+        let figures: Vec<_> = stages.iter().map(|s| (s.stage, s.done, s.total)).collect();
+        assert_eq!(
+            figures,
+            vec![(1, 2, Some(2)), (2, 1, Some(3)), (3, 0, None)]
+        );
     }
 
     #[test]

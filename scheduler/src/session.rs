@@ -264,6 +264,11 @@ impl Session {
         }
     }
 
+    /// The Ballista job the executing statement is running now, if any.
+    pub fn running_job_id(&self) -> Option<String> {
+        self.control.running_job_id()
+    }
+
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
         let _active = self.control.begin();

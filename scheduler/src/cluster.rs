@@ -55,6 +55,11 @@ pub struct TaskRecord {
 pub struct TaskLedger(Arc<Mutex<Vec<TaskRecord>>>);
 
 impl TaskLedger {
+    /// Records one finished task.
+    pub fn record(&self, task: TaskRecord) {
+        self.0.lock().expect("ledger lock").push(task);
+    }
+
     /// Tasks of one job, in completion order.
     pub fn tasks_of(&self, job_id: &str) -> Vec<TaskRecord> {
         self.0
@@ -63,6 +68,35 @@ impl TaskLedger {
             .iter()
             .filter(|t| t.job_id == job_id)
             .cloned()
+            .collect()
+    }
+}
+
+/// When each executor was last heard from (registration, heartbeat, task
+/// status), as seen by the `icemerge-scheduler` process.
+#[derive(Debug, Default, Clone)]
+pub struct ExecutorLiveness(Arc<Mutex<std::collections::HashMap<String, std::time::Instant>>>);
+
+impl ExecutorLiveness {
+    /// Records that `executor_id` was heard from now.
+    pub fn seen(&self, executor_id: &str) {
+        if executor_id.is_empty() {
+            return;
+        }
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .insert(executor_id.to_string(), std::time::Instant::now());
+    }
+
+    /// Executors heard from within `within`.
+    pub fn alive(&self, within: std::time::Duration) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .iter()
+            .filter(|(_, t)| t.elapsed() <= within)
+            .map(|(id, _)| id.clone())
             .collect()
     }
 }
@@ -80,7 +114,7 @@ impl ExecutorMetricsCollector for LedgerCollector {
         partition: usize,
         plan: Arc<dyn QueryStageExecutor>,
     ) {
-        self.ledger.0.lock().expect("ledger lock").push(TaskRecord {
+        self.ledger.record(TaskRecord {
             executor_id: self.executor_id.clone(),
             job_id: job_id.to_string(),
             stage_id,

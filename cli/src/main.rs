@@ -162,7 +162,16 @@ fn read_stdin() -> anyhow::Result<String> {
 async fn main() -> ExitCode {
     // Diagnostics go to stderr, off unless ICEMERGE_LOG is set (e.g. "info").
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_env("ICEMERGE_LOG"))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ICEMERGE_LOG").unwrap_or_else(|_| {
+                // Errors only; the embedded cluster's executors may need a
+                // second try to register, which Ballista logs as errors.
+                tracing_subscriber::EnvFilter::new(
+                    "error,ballista_scheduler::scheduler_server::grpc=off,\
+                     ballista_executor::executor_server=off",
+                )
+            }),
+        )
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();

@@ -1,9 +1,12 @@
 //! An in-process Ballista cluster: a scheduler and N executors inside this
 //! process, wired with icemerge's codecs and query planner. Used by the
 //! `cluster` engine with `--executors N` and by the tests to prove the
-//! distributed path on one machine. Every task an executor runs is recorded
-//! in the cluster's task ledger (executor, job, stage, partition, metrics)
-//! and counted while it runs (`task_tracker`).
+//! distributed path on one machine. The scheduler pushes tasks to the
+//! executors (push scheduling: no polling delay between stages, and tasks
+//! can be cancelled). Every task an executor runs is recorded in the
+//! cluster's task ledger (executor, job, stage, partition, metrics) and
+//! counted while it runs (`task_tracker`); each task runs on its own copy of
+//! the stage plan, so that its metrics are its own.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -20,8 +23,11 @@ use ballista_core::utils::{create_grpc_server, GrpcServerConfig};
 use ballista_core::{ConfigProducer, RuntimeProducer};
 use ballista_executor::execution_engine::QueryStageExecutor;
 use ballista_executor::executor::Executor;
+use ballista_executor::executor_process::ExecutorProcessConfig;
+use ballista_executor::executor_server;
 use ballista_executor::flight_service::BallistaFlightService;
 use ballista_executor::metrics::ExecutorMetricsCollector;
+use ballista_executor::shutdown::ShutdownNotifier;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::metrics::default_metrics_collector;
@@ -34,6 +40,7 @@ use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use icemerge_executor::codec::IcemergePhysicalCodec;
+use icemerge_executor::process::FreshPlanEngine;
 use tokio::net::TcpListener;
 
 use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanQueryPlanner};
@@ -131,8 +138,12 @@ pub struct InProcessCluster {
     pub ledger: TaskLedger,
     /// Tasks running now on the executors, per job.
     pub running: TaskTracker,
+    _executors: Vec<ExecutorHandle>,
     _work_dirs: Vec<tempfile::TempDir>,
 }
+
+/// Largest gRPC message the cluster's services accept or send.
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 fn codec() -> BallistaCodec<LogicalPlanNode, PhysicalPlanNode> {
     BallistaCodec::new(
@@ -152,13 +163,14 @@ impl InProcessCluster {
         let running = TaskTracker::default();
         let scheduler_addr = start_scheduler(config.clone()).await?;
         let mut executor_ids = vec![];
+        let mut executors_started = vec![];
         let mut work_dirs = vec![];
         for _ in 0..executors.max(1) {
             let work_dir = tempfile::Builder::new()
                 .prefix("icemerge-executor-")
                 .tempdir()
                 .map_err(|e| DataFusionError::Execution(format!("executor work dir: {e}")))?;
-            let id = start_executor(
+            let executor = start_executor(
                 scheduler_addr,
                 config.clone(),
                 slots,
@@ -167,7 +179,8 @@ impl InProcessCluster {
                 running.clone(),
             )
             .await?;
-            executor_ids.push(id);
+            executor_ids.push(executor.id.clone());
+            executors_started.push(executor);
             work_dirs.push(work_dir);
         }
         Ok(Self {
@@ -175,6 +188,7 @@ impl InProcessCluster {
             executor_ids,
             ledger,
             running,
+            _executors: executors_started,
             _work_dirs: work_dirs,
         })
     }
@@ -194,32 +208,47 @@ async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
     });
     let producer_config = config.clone();
     let config_producer: ConfigProducer = Arc::new(move || producer_config.clone());
-    let cluster = BallistaCluster::new_memory("localhost:0", session_builder, config_producer);
-    let mut server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> = SchedulerServer::new(
-        "icemerge-scheduler".to_string(),
-        cluster,
-        codec(),
-        // In-process executors poll for work (pull-staged scheduling).
-        Arc::new(
-            SchedulerConfig::default().with_scheduler_policy(TaskSchedulingPolicy::PullStaged),
-        ),
-        default_metrics_collector().map_err(ballista_err)?,
-    );
-    server.init().await.map_err(ballista_err)?;
-    let max_message = 256 * 1024 * 1024;
-    let service = SchedulerGrpcServer::new(server)
-        .max_decoding_message_size(max_message)
-        .max_encoding_message_size(max_message);
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(ballista_err)?;
     let addr = listener.local_addr().map_err(ballista_err)?;
+    // Executors report task statuses to the scheduler by this name.
+    let name = format!("127.0.0.1:{}", addr.port());
+    let cluster = BallistaCluster::new_memory(&name, session_builder, config_producer);
+    let mut server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> = SchedulerServer::new(
+        name,
+        cluster,
+        codec(),
+        // The scheduler pushes tasks to the executors (and cancels them).
+        Arc::new(
+            SchedulerConfig::default().with_scheduler_policy(TaskSchedulingPolicy::PushStaged),
+        ),
+        default_metrics_collector().map_err(ballista_err)?,
+    );
+    server.init().await.map_err(ballista_err)?;
+    let max_message = MAX_MESSAGE;
+    let service = SchedulerGrpcServer::new(server)
+        .max_decoding_message_size(max_message)
+        .max_encoding_message_size(max_message);
     tokio::spawn(
         create_grpc_server(&GrpcServerConfig::default())
             .add_service(service)
             .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
     );
     Ok(addr)
+}
+
+/// One in-process executor; its services stop when this is dropped.
+struct ExecutorHandle {
+    id: String,
+    _shutdown: ShutdownNotifier,
+    _stop: tokio::sync::mpsc::Receiver<bool>,
+}
+
+/// A loopback port free at the time of asking.
+fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").map_err(ballista_err)?;
+    Ok(listener.local_addr().map_err(ballista_err)?.port())
 }
 
 async fn start_executor(
@@ -229,24 +258,12 @@ async fn start_executor(
     work_dir: &std::path::Path,
     ledger: TaskLedger,
     running: TaskTracker,
-) -> Result<String> {
+) -> Result<ExecutorHandle> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(ballista_err)?;
     let address = listener.local_addr().map_err(ballista_err)?;
     let id = uuid::Uuid::new_v4().to_string();
-    let registration = ExecutorRegistration {
-        id: id.clone(),
-        host: Some("127.0.0.1".to_string()),
-        port: address.port() as u32,
-        grpc_port: 0,
-        specification: Some(
-            ExecutorSpecification::default()
-                .with_task_slots(slots as u32)
-                .into(),
-        ),
-        os_info: Some(ExecutorOperatingSystemSpecification::default().into()),
-    };
     let state = SessionStateBuilder::new()
         .with_config(config.clone())
         .with_default_features()
@@ -255,24 +272,11 @@ async fn start_executor(
     let runtime_producer: RuntimeProducer = Arc::new(move |_| Ok(runtime.clone()));
     let config_producer: ConfigProducer = Arc::new(move || config.clone());
     let work_dir = work_dir.to_string_lossy().to_string();
-    let executor = Arc::new(Executor::new(
-        registration,
-        &work_dir,
-        runtime_producer,
-        config_producer,
-        Arc::new((&state).into()),
-        Arc::new(LedgerCollector {
-            executor_id: id.clone(),
-            ledger,
-        }),
-        slots,
-        Arc::new(TrackingEngine::new(running)),
-    ));
     let flight = arrow_flight::flight_service_server::FlightServiceServer::new(
-        BallistaFlightService::new(work_dir),
+        BallistaFlightService::new(work_dir.clone()),
     )
-    .max_decoding_message_size(256 * 1024 * 1024)
-    .max_encoding_message_size(256 * 1024 * 1024);
+    .max_decoding_message_size(MAX_MESSAGE)
+    .max_encoding_message_size(MAX_MESSAGE);
     tokio::spawn(
         create_grpc_server(&GrpcServerConfig::default())
             .add_service(flight)
@@ -281,12 +285,82 @@ async fn start_executor(
     let client = SchedulerGrpcClient::connect(format!("http://127.0.0.1:{}", scheduler.port()))
         .await
         .map_err(ballista_err)?
-        .max_decoding_message_size(256 * 1024 * 1024)
-        .max_encoding_message_size(256 * 1024 * 1024);
-    tokio::spawn(ballista_executor::execution_loop::poll_loop(
-        client,
-        executor,
-        codec(),
-    ));
-    Ok(id)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let shutdown = ShutdownNotifier::new();
+    let (stop_send, stop) = tokio::sync::mpsc::channel(10);
+    // Push scheduling: the scheduler launches (and cancels) tasks through
+    // the executor's gRPC service, and task statuses go back at once. The
+    // scheduler connects to that service when the executor registers, which
+    // Ballista does right after starting it: a refused connection is retried
+    // on a fresh port.
+    let mut attempt = 0;
+    loop {
+        let grpc_port = free_port()?;
+        let registration = ExecutorRegistration {
+            id: id.clone(),
+            host: Some("127.0.0.1".to_string()),
+            port: address.port() as u32,
+            grpc_port: grpc_port as u32,
+            specification: Some(
+                ExecutorSpecification::default()
+                    .with_task_slots(slots as u32)
+                    .into(),
+            ),
+            os_info: Some(ExecutorOperatingSystemSpecification::default().into()),
+        };
+        let executor = Arc::new(Executor::new(
+            registration,
+            &work_dir,
+            runtime_producer.clone(),
+            config_producer.clone(),
+            Arc::new((&state).into()),
+            Arc::new(LedgerCollector {
+                executor_id: id.clone(),
+                ledger: ledger.clone(),
+            }),
+            slots,
+            Arc::new(TrackingEngine::new(
+                running.clone(),
+                Arc::new(FreshPlanEngine::default()),
+            )),
+        ));
+        let process = Arc::new(ExecutorProcessConfig {
+            bind_host: "127.0.0.1".to_string(),
+            external_host: Some("127.0.0.1".to_string()),
+            port: address.port(),
+            grpc_port,
+            scheduler_host: "127.0.0.1".to_string(),
+            scheduler_port: scheduler.port(),
+            concurrent_tasks: slots,
+            task_scheduling_policy: TaskSchedulingPolicy::PushStaged,
+            work_dir: Some(work_dir.clone()),
+            grpc_max_decoding_message_size: MAX_MESSAGE as u32,
+            grpc_max_encoding_message_size: MAX_MESSAGE as u32,
+            ..Default::default()
+        });
+        match executor_server::startup(
+            client.clone(),
+            process,
+            executor,
+            codec(),
+            stop_send.clone(),
+            &shutdown,
+        )
+        .await
+        {
+            Ok(_) => break,
+            Err(e) if attempt < 10 => {
+                tracing::debug!("executor registration retried: {e}");
+                attempt += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+            Err(e) => return Err(ballista_err(e)),
+        }
+    }
+    Ok(ExecutorHandle {
+        id,
+        _shutdown: shutdown,
+        _stop: stop,
+    })
 }

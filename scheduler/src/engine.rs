@@ -198,7 +198,7 @@ impl Engine {
                 if let (Engine::Cluster(cluster), Err(_), Some(job)) = (self, &batches, &job_id) {
                     // A failed job's other tasks may still be writing files:
                     // the caller's cleanup must come after them.
-                    if !cluster.running.wait_idle(job, JOB_DRAIN_LIMIT).await {
+                    if !cluster.running.fail_and_drain(job, JOB_DRAIN_LIMIT).await {
                         tracing::warn!(
                             "tasks of failed job {job} still run after {JOB_DRAIN_LIMIT:?}"
                         );

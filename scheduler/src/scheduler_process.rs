@@ -89,6 +89,16 @@ impl RunningScheduler {
     }
 }
 
+/// Waits (up to 10 s) until `host:port` accepts TCP connections.
+async fn wait_until_listening(host: &str, port: u16) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tokio::net::TcpStream::connect((host, port)).await.is_err()
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn config_err(message: impl Into<String>) -> DataFusionError {
     DataFusionError::Configuration(message.into())
 }
@@ -394,6 +404,24 @@ impl SchedulerGrpc for LedgerScheduler {
     ) -> std::result::Result<Response<protobuf::RegisterExecutorResult>, Status> {
         if let Some(metadata) = &request.get_ref().metadata {
             self.liveness.seen(&metadata.id);
+            // In push mode the scheduler connects to the executor's gRPC
+            // service as it registers, and Ballista's executor registers
+            // right after starting that service: wait until it listens.
+            if metadata.grpc_port != 0 {
+                let host = metadata
+                    .host
+                    .clone()
+                    .or_else(|| request.remote_addr().map(|a| a.ip().to_string()))
+                    .or_else(|| {
+                        request
+                            .extensions()
+                            .get::<axum::extract::ConnectInfo<SocketAddr>>()
+                            .map(|c| c.0.ip().to_string())
+                    });
+                if let Some(host) = host {
+                    wait_until_listening(&host, metadata.grpc_port as u16).await;
+                }
+            }
         }
         self.inner.register_executor(request).await
     }

@@ -4,29 +4,36 @@
 //! tasks may still be running on executors (pull scheduling cannot cancel
 //! them). A writer task that finishes after the statement has removed its
 //! files would leave data files nobody references; so after a failed job the
-//! engine waits here until none of the job's tasks runs, and only then is the
+//! engine marks it failed here (its tasks that have not started yet never
+//! will) and waits until none of its tasks runs; only then is the
 //! statement's cleanup done. Executors run every task through
-//! [`TrackingEngine`], which counts it while it runs.
+//! [`TrackingEngine`], which counts it while it runs. (Pushed tasks are also
+//! cancelled when a job fails; the wait covers the time a cancel takes.)
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ballista_core::serde::protobuf::ShuffleWritePartition;
-use ballista_executor::execution_engine::{
-    DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
-};
-use datafusion::error::Result;
+use ballista_executor::execution_engine::{ExecutionEngine, QueryStageExecutor};
+use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 
-/// Running tasks per job.
+/// Running tasks per job, and the jobs that failed (whose tasks must not
+/// start any more).
 #[derive(Debug, Default, Clone)]
-pub struct TaskTracker(Arc<Mutex<HashMap<String, usize>>>);
+pub struct TaskTracker(Arc<Mutex<Jobs>>);
+
+#[derive(Debug, Default)]
+struct Jobs {
+    running: HashMap<String, usize>,
+    failed: HashSet<String>,
+}
 
 impl TaskTracker {
     /// Tasks of `job_id` running now.
@@ -34,9 +41,22 @@ impl TaskTracker {
         self.0
             .lock()
             .expect("tracker lock")
+            .running
             .get(job_id)
             .copied()
             .unwrap_or(0)
+    }
+
+    /// Marks `job_id` failed, so that none of its tasks starts any more, and
+    /// waits until none of them runs (at most `limit`); returns whether that
+    /// happened.
+    pub async fn fail_and_drain(&self, job_id: &str, limit: Duration) -> bool {
+        self.0
+            .lock()
+            .expect("tracker lock")
+            .failed
+            .insert(job_id.to_string());
+        self.wait_idle(job_id, limit).await
     }
 
     /// Waits until no task of `job_id` runs (at most `limit`); returns
@@ -52,17 +72,17 @@ impl TaskTracker {
         true
     }
 
-    fn enter(&self, job_id: &str) -> RunningGuard {
-        *self
-            .0
-            .lock()
-            .expect("tracker lock")
-            .entry(job_id.to_string())
-            .or_default() += 1;
-        RunningGuard {
+    /// Counts a task of `job_id` as running; `None` when the job failed.
+    fn enter(&self, job_id: &str) -> Option<RunningGuard> {
+        let mut jobs = self.0.lock().expect("tracker lock");
+        if jobs.failed.contains(job_id) {
+            return None;
+        }
+        *jobs.running.entry(job_id.to_string()).or_default() += 1;
+        Some(RunningGuard {
             tracker: self.clone(),
             job_id: job_id.to_string(),
-        }
+        })
     }
 }
 
@@ -75,27 +95,25 @@ struct RunningGuard {
 impl Drop for RunningGuard {
     fn drop(&mut self) {
         let mut jobs = self.tracker.0.lock().expect("tracker lock");
-        if let Some(n) = jobs.get_mut(&self.job_id) {
+        if let Some(n) = jobs.running.get_mut(&self.job_id) {
             *n -= 1;
             if *n == 0 {
-                jobs.remove(&self.job_id);
+                jobs.running.remove(&self.job_id);
             }
         }
     }
 }
 
-/// Ballista's execution engine, counting every task in a [`TaskTracker`].
+/// An execution engine counting every task it runs in a [`TaskTracker`].
 pub struct TrackingEngine {
-    inner: DefaultExecutionEngine,
+    inner: Arc<dyn ExecutionEngine>,
     tracker: TaskTracker,
 }
 
 impl TrackingEngine {
-    pub fn new(tracker: TaskTracker) -> Self {
-        Self {
-            inner: DefaultExecutionEngine::new(),
-            tracker,
-        }
+    /// Tasks run by `inner`, counted in `tracker`.
+    pub fn new(tracker: TaskTracker, inner: Arc<dyn ExecutionEngine>) -> Self {
+        Self { inner, tracker }
     }
 }
 
@@ -146,7 +164,12 @@ impl QueryStageExecutor for TrackedStage {
         input_partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<Vec<ShuffleWritePartition>> {
-        let _running = self.tracker.enter(&self.job_id);
+        let Some(_running) = self.tracker.enter(&self.job_id) else {
+            return Err(DataFusionError::Execution(format!(
+                "job {} failed; its task is not started",
+                self.job_id
+            )));
+        };
         self.inner
             .execute_query_stage(input_partition, context)
             .await
@@ -164,21 +187,26 @@ mod tests {
     #[tokio::test]
     async fn waits_until_every_task_of_the_job_has_ended() {
         let tracker = TaskTracker::default();
-        let a = tracker.enter("job");
-        let b = tracker.enter("job");
-        let other = tracker.enter("other");
+        let a = tracker.enter("job").unwrap();
+        let b = tracker.enter("job").unwrap();
+        let other = tracker.enter("other").unwrap();
         assert_eq!(tracker.running("job"), 2);
         assert!(!tracker.wait_idle("job", Duration::from_millis(30)).await);
         drop(a);
         let waiter = {
             let tracker = tracker.clone();
-            tokio::spawn(async move { tracker.wait_idle("job", Duration::from_secs(5)).await })
+            tokio::spawn(async move { tracker.fail_and_drain("job", Duration::from_secs(5)).await })
         };
         tokio::time::sleep(Duration::from_millis(30)).await;
+        assert!(
+            tracker.enter("job").is_none(),
+            "no task of a failed job starts"
+        );
         drop(b);
         assert!(waiter.await.unwrap());
         assert_eq!(tracker.running("job"), 0);
         assert_eq!(tracker.running("other"), 1);
+        assert!(tracker.enter("other").is_some());
         drop(other);
     }
 }

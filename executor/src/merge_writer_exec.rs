@@ -251,6 +251,8 @@ struct PartitionWriter {
     writer: TableFileWriter,
     /// Number of target columns (they follow the 4 contract columns).
     columns: usize,
+    /// The table's Arrow schema with every field nullable.
+    values_schema: SchemaRef,
     /// Per touched file: position → change (BTreeMap keeps file order).
     changes: BTreeMap<String, HashMap<i64, Change>>,
     /// Batches holding updated rows (target columns only).
@@ -271,12 +273,21 @@ impl PartitionWriter {
     ) -> Result<Self> {
         let writer = TableFileWriter::try_new(&metadata, file_io.clone(), prefix).await?;
         let columns = metadata.current_schema().as_struct().fields().len();
+        let values_schema = Arc::new(Schema::new(
+            writer
+                .arrow_schema()
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
         Ok(Self {
             metadata,
             file_io,
             batch_size,
             writer,
             columns,
+            values_schema,
             changes: BTreeMap::new(),
             kept: vec![],
             file_rows,
@@ -293,7 +304,9 @@ impl PartitionWriter {
                 DataFusionError::Internal("merge rows lack the target columns".into())
             })?;
         let values = batch.project(&(start..batch.num_columns()).collect::<Vec<_>>())?;
-        crate::scan_exec::conform(self.writer.arrow_schema(), values)
+        // Deleted rows carry NULLs, also in required columns: required-ness
+        // is checked where rows are written.
+        crate::scan_exec::conform(&self.values_schema, values)
     }
 
     async fn accept(&mut self, batch: RecordBatch) -> Result<()> {

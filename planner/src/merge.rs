@@ -339,7 +339,9 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
             .map(|c| format!("{t}.{}", quote(c)))
             .collect();
         let (op, values) = match &clause.action {
-            MergeAction::Delete { .. } => (2, keep),
+            // A deleted row needs only its row id: no target column is
+            // read for it (so a delete-only merge scans just the ON keys).
+            MergeAction::Delete { .. } => (2, vec!["NULL".to_string(); columns.len()]),
             MergeAction::Update(update) => {
                 let mut values = keep;
                 let mut assigned = HashSet::new();

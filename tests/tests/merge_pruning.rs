@@ -196,7 +196,19 @@ async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
         );
 
         // Delete-only: every row of file 12 (a range of 100 keys) goes; the
-        // file leaves the table without being read or replaced.
+        // file leaves the table without being read or replaced, and the
+        // target scan reads only the ON key.
+        let plan = query(
+            &session,
+            "EXPLAIN MERGE INTO db.t USING (SELECT 1200 + value AS id FROM generate_series(0, 99)) AS s
+             ON t.id = s.id WHEN MATCHED THEN DELETE",
+        )
+        .await;
+        let plan: String = plan.iter().map(|r| r.join(" ") + "\n").collect();
+        assert!(
+            plan.contains("row_ids=[_file, _pos], projection=[id, _file, _pos]"),
+            "{engine:?}:\n{plan}"
+        );
         let rows = query(
             &session,
             "MERGE INTO db.t USING (SELECT 1200 + value AS id FROM generate_series(0, 99)) AS s

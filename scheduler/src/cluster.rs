@@ -32,7 +32,6 @@ use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::metrics::default_metrics_collector;
 use ballista_scheduler::scheduler_server::SchedulerServer;
-use ballista_scheduler::SessionBuilder;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SessionStateBuilder;
@@ -43,7 +42,7 @@ use icemerge_executor::codec::IcemergePhysicalCodec;
 use icemerge_executor::process::FreshPlanEngine;
 use tokio::net::TcpListener;
 
-use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanQueryPlanner};
+use crate::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
 use crate::task_tracker::{TaskTracker, TrackingEngine};
 
 /// One task run by an executor, as recorded after it finished.
@@ -199,13 +198,7 @@ impl InProcessCluster {
 }
 
 async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
-    let session_builder: SessionBuilder = Arc::new(|config: SessionConfig| {
-        Ok(SessionStateBuilder::new()
-            .with_config(config)
-            .with_default_features()
-            .with_query_planner(Arc::new(ShippedPlanQueryPlanner))
-            .build())
-    });
+    let session_builder = scheduler_session_builder();
     let producer_config = config.clone();
     let config_producer: ConfigProducer = Arc::new(move || producer_config.clone());
     let listener = TcpListener::bind("127.0.0.1:0")

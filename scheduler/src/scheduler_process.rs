@@ -18,9 +18,7 @@ use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
 use ballista_scheduler::scheduler_process::create_scheduler;
 use ballista_scheduler::scheduler_server::SchedulerServer;
-use ballista_scheduler::SessionBuilder;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
@@ -34,7 +32,7 @@ use crate::cluster::{ExecutorLiveness, TaskLedger, TaskRecord};
 use crate::engine::SchedulerTarget;
 use crate::flight_sql::{serve_flight_sql, Auth, StageProgress};
 use crate::session::{session_config, Session, SessionOptions};
-use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanQueryPlanner};
+use crate::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
 
 /// Largest gRPC message the scheduler accepts or sends.
 const MAX_MESSAGE: u32 = 256 * 1024 * 1024;
@@ -210,13 +208,7 @@ async fn create_ballista_scheduler(
     config: SessionConfig,
     addr: SocketAddr,
 ) -> Result<SchedulerServer<LogicalPlanNode, PhysicalPlanNode>> {
-    let session_builder: SessionBuilder = Arc::new(|config: SessionConfig| {
-        Ok(SessionStateBuilder::new()
-            .with_config(config)
-            .with_default_features()
-            .with_query_planner(Arc::new(ShippedPlanQueryPlanner))
-            .build())
-    });
+    let session_builder = scheduler_session_builder();
     let producer_config = config.clone();
     let config_producer: ballista_core::ConfigProducer = Arc::new(move || producer_config.clone());
     let policy = if options.push_scheduling {

@@ -195,3 +195,15 @@ impl QueryPlanner for ShippedPlanQueryPlanner {
             .await
     }
 }
+
+/// Sessions of a Ballista scheduler that runs icemerge's shipped plans:
+/// DataFusion's defaults with [`ShippedPlanQueryPlanner`].
+pub fn scheduler_session_builder() -> ballista_scheduler::SessionBuilder {
+    Arc::new(|config: datafusion::prelude::SessionConfig| {
+        Ok(datafusion::execution::SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_query_planner(Arc::new(ShippedPlanQueryPlanner))
+            .build())
+    })
+}

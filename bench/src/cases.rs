@@ -127,7 +127,7 @@ pub fn all(layout: Layout) -> Vec<Case> {
     let mut cases = vec![];
     for f in [0.05, 0.5, 1.0] {
         cases.push(Case::fractions(
-            &format!("insert_only_{f}"),
+            &format!("insert_only_{f:?}"),
             Kind::InsertOnly,
             0.0,
             f,
@@ -135,7 +135,7 @@ pub fn all(layout: Layout) -> Vec<Case> {
     }
     for f in [0.05, 0.5, 1.0] {
         cases.push(Case::fractions(
-            &format!("multi_insert_only_{f}"),
+            &format!("multi_insert_only_{f:?}"),
             Kind::MultipleInsertOnly,
             0.0,
             f,
@@ -157,7 +157,7 @@ pub fn all(layout: Layout) -> Vec<Case> {
         (0.1, 0.0),
     ] {
         cases.push(Case::fractions(
-            &format!("upsert_{m}_{n}"),
+            &format!("upsert_{m:?}_{n:?}"),
             Kind::Upsert,
             m,
             n,

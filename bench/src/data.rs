@@ -172,7 +172,7 @@ impl Sample {
                 start,
                 stride,
                 count,
-            } => v >= start && v < start + stride * count && (v - start) % stride == 0,
+            } => v >= start && v < start + stride * count && (v - start).is_multiple_of(stride),
         }
     }
 
@@ -278,7 +278,7 @@ pub async fn write_source(s: &Session, rows: u64, spec: &SourceSpec, path: &Path
     let salt = if spec.identical { 0 } else { 1 };
     let (mlo, mhi) = spec.matched.range(rows);
     let (nlo, nhi) = spec.new.range(rows);
-    let tmp = hidden(&path);
+    let tmp = hidden(path);
     s.execute_one(&format!(
         "COPY (SELECT {} FROM generate_series({mlo}, {}) WHERE {} \
          UNION ALL SELECT {} FROM generate_series({nlo}, {}) WHERE {}) TO '{}' {COPY_OPTIONS}",

@@ -121,6 +121,19 @@ fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
+/// HEAD's short hash, `-dirty` when files outside docs/ (where the run
+/// writes its own results) differ from it.
+fn commit() -> String {
+    let head = command_output("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let dirty = command_output("git", &["status", "--porcelain", "--", ".", ":!docs"])
+        .is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{head}-dirty")
+    } else {
+        head
+    }
+}
+
 fn machine(python: &str) -> BTreeMap<String, String> {
     let mut m = BTreeMap::new();
     m.insert(
@@ -224,7 +237,7 @@ async fn run_case(
         cluster: None,
         peers: vec![],
         floor: None,
-        commit: command_output("git", &["describe", "--always", "--dirty"]).unwrap_or_default(),
+        commit: commit(),
         date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
     };
 
@@ -390,7 +403,7 @@ async fn run(args: Args) -> Result<()> {
         files: args.files,
         runs: args.runs,
         date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
-        commit: command_output("git", &["describe", "--always", "--dirty"]).unwrap_or_default(),
+        commit: commit(),
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine: machine(&args.python),
         cases: vec![],

@@ -418,12 +418,20 @@ pub fn markdown(report: &Report) -> String {
             );
         }
         md_table(&mut out, scale);
-        let notes: Vec<String> = scale
-            .cases
-            .iter()
-            .filter(|c| !c.peer_note.is_empty())
-            .map(|c| format!("{}: {}", c.name, c.peer_note))
-            .collect();
+        let mut notes: Vec<String> = vec![];
+        for c in scale.cases.iter().filter(|c| !c.peer_note.is_empty()) {
+            let same = scale
+                .cases
+                .iter()
+                .filter(|o| o.peer_note == c.peer_note)
+                .map(|o| o.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let note = format!("{same}: {}", c.peer_note);
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
         if !notes.is_empty() {
             let _ = writeln!(out, "\n\\* {}", notes.join("; "));
         }

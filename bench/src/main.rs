@@ -184,6 +184,7 @@ async fn local_session(warehouse: &Path) -> Result<Session> {
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
             catalog_uri: None,
+            ..Default::default()
         },
         engine: EngineKind::Local,
         executors: Some(1),

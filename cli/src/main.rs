@@ -1,10 +1,15 @@
 //! The `icemerge` command: parses the command line, opens a session on the
-//! Iceberg catalog and runs SQL from `-c`, `-f`, piped stdin or the
+//! Iceberg catalog (or connects to a running `icemerge-scheduler` with
+//! `--scheduler`) and runs SQL from `-c`, `-f`, piped stdin or the
 //! interactive prompt. Errors are one `error: ...` line on stderr and exit
 //! status 1.
 
+mod backend;
+mod catalog_args;
 mod error;
 mod output;
+mod progress;
+mod remote;
 mod repl;
 mod script;
 
@@ -13,9 +18,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
+use icemerge_scheduler::{EngineKind, Session, SessionOptions};
 
+use crate::catalog_args::CatalogArgs;
+
+use crate::backend::Backend;
 use crate::output::{Format, Printer};
+use crate::remote::RemoteSession;
 use crate::script::run_script;
 
 const EXAMPLES: &str = "\
@@ -23,6 +32,7 @@ Examples:
   icemerge -c \"CREATE TABLE t (id BIGINT, name VARCHAR); INSERT INTO t VALUES (1, 'a'); SELECT * FROM t;\"
   icemerge --warehouse /data/wh -f script.sql --format csv > out.csv
   icemerge --engine cluster --executors 4 -c \"SELECT count(*) FROM t\"
+  icemerge --scheduler 10.0.0.5:50060 --token \"$TOKEN\" -f merge.sql
   echo \"SELECT 1;\" | icemerge
   icemerge                      (interactive prompt; end statements with ';', \\q to quit)";
 
@@ -48,20 +58,8 @@ struct Args {
     #[arg(short = 'f', long = "file", value_name = "PATH")]
     file: Option<PathBuf>,
 
-    /// Warehouse directory: table data and metadata (and the default SQLite
-    /// catalog, catalog.db). Created if missing.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "ICEMERGE_WAREHOUSE",
-        default_value = "./warehouse"
-    )]
-    warehouse: PathBuf,
-
-    /// Catalog database: sqlite://PATH or postgres://USER:PASSWORD@HOST/DB
-    /// [default: sqlite://<warehouse>/catalog.db]
-    #[arg(long, value_name = "URI", env = "ICEMERGE_CATALOG_URI")]
-    catalog_uri: Option<String>,
+    #[command(flatten)]
+    catalog: CatalogArgs,
 
     /// Engine that runs queries: DataFusion in this process, or a Ballista
     /// scheduler with in-process executors.
@@ -72,6 +70,26 @@ struct Args {
     /// available cores]. Ignored by the local engine.
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     executors: Option<usize>,
+
+    /// Run statements on a running icemerge-scheduler (its Flight SQL port)
+    /// instead of an embedded engine; --warehouse, --catalog-uri, --engine
+    /// and --executors are then the scheduler's business and ignored.
+    #[arg(
+        long,
+        value_name = "HOST:PORT",
+        env = "ICEMERGE_SCHEDULER",
+        conflicts_with_all = ["engine", "executors"]
+    )]
+    scheduler: Option<String>,
+
+    /// Bearer token for --scheduler (when the scheduler requires one).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "ICEMERGE_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
 
     /// Output format of query results.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Table)]
@@ -101,10 +119,7 @@ fn parse_positive(value: &str) -> Result<usize, String> {
 impl Args {
     fn session_options(&self) -> SessionOptions {
         SessionOptions {
-            catalog: CatalogOptions {
-                warehouse: self.warehouse.clone(),
-                catalog_uri: self.catalog_uri.clone(),
-            },
+            catalog: self.catalog.options(),
             engine: match self.engine {
                 EngineArg::Local => EngineKind::Local,
                 EngineArg::Cluster => EngineKind::Cluster,
@@ -162,7 +177,22 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let session = match Session::open(args.session_options()).await {
+    let opened = match &args.scheduler {
+        Some(address) => {
+            let token = args.token.as_deref().filter(|t| !t.is_empty());
+            RemoteSession::connect(address, token)
+                .await
+                .map(|mut remote| {
+                    // Progress bars go to stderr, for someone watching a terminal.
+                    remote.progress = std::io::stdout().is_terminal() && !args.quiet;
+                    Backend::Remote(remote)
+                })
+        }
+        None => Session::open(args.session_options())
+            .await
+            .map(Backend::Embedded),
+    };
+    let session = match opened {
         Ok(session) => session,
         Err(e) => {
             error::report(&e);
@@ -178,7 +208,12 @@ async fn main() -> ExitCode {
                 Err(e) => {
                     drop(stdout);
                     error::report(&e);
-                    ExitCode::FAILURE
+                    if backend::is_cancelled(&e) {
+                        // 128 + SIGINT, as a shell reports an interrupted command.
+                        ExitCode::from(130)
+                    } else {
+                        ExitCode::FAILURE
+                    }
                 }
             }
         }
@@ -230,10 +265,49 @@ mod tests {
     }
 
     #[test]
+    fn parses_s3_flags() {
+        let args = Args::try_parse_from([
+            "icemerge",
+            "--warehouse",
+            "s3://bucket/wh",
+            "--catalog-uri",
+            "postgres://u:p@127.0.0.1:5432/cat",
+            "--s3-endpoint",
+            "http://127.0.0.1:9000",
+            "--s3-region",
+            "eu-west-1",
+            "--s3-access-key-id",
+            "AKID",
+            "--s3-secret-access-key",
+            "SECRET",
+            "--s3-path-style-access",
+            "false",
+        ])
+        .unwrap();
+        let s3 = args.session_options().catalog.s3;
+        assert_eq!(s3.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
+        assert_eq!(s3.region.as_deref(), Some("eu-west-1"));
+        assert_eq!(s3.access_key_id.as_deref(), Some("AKID"));
+        assert_eq!(s3.secret_access_key.as_deref(), Some("SECRET"));
+        assert_eq!(s3.path_style_access, Some(false));
+        let props = s3.file_io_props();
+        assert_eq!(props["s3.path-style-access"], "false");
+        assert_eq!(props["s3.secret-access-key"], "SECRET");
+    }
+
+    #[test]
     fn rejects_bad_flags() {
         assert!(Args::try_parse_from(["icemerge", "-c", "x", "-f", "y"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--executors", "0"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--engine", "spark"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--format", "xml"]).is_err());
+        assert!(
+            Args::try_parse_from(["icemerge", "--scheduler", "h:1", "--engine", "cluster"])
+                .is_err()
+        );
+        let remote =
+            Args::try_parse_from(["icemerge", "--scheduler", "h:1", "--token", "t"]).unwrap();
+        assert_eq!(remote.scheduler.as_deref(), Some("h:1"));
+        assert_eq!(remote.token.as_deref(), Some("t"));
     }
 }

@@ -9,8 +9,7 @@ use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
 use rustyline::{Config, Editor};
 
-use icemerge_scheduler::Session;
-
+use crate::backend::Backend;
 use crate::error;
 use crate::output::Printer;
 use crate::script::run_script;
@@ -86,7 +85,7 @@ fn history_path() -> Option<PathBuf> {
 }
 
 /// Runs the prompt until `\q`, `quit`, `exit` or Ctrl-D.
-pub async fn run(session: &Session, printer: &Printer) -> anyhow::Result<()> {
+pub async fn run(session: &Backend, printer: &Printer) -> anyhow::Result<()> {
     let config = Config::builder()
         .max_history_size(HISTORY_SIZE)?
         .auto_add_history(false)

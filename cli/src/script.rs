@@ -1,5 +1,5 @@
 //! Running SQL text: splits it into statements, executes them in order on a
-//! session and prints each output as soon as its statement completes,
+//! session (embedded or remote) and prints each output as soon as its statement completes,
 //! stopping at the first error.
 
 use std::fmt;
@@ -8,8 +8,8 @@ use std::io::{self, Write};
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use icemerge_planner::ddl::split_statements;
-use icemerge_scheduler::Session;
 
+use crate::backend::Backend;
 use crate::output::Printer;
 
 /// Why running a script stopped.
@@ -53,7 +53,7 @@ impl fmt::Display for RunError {
 /// Runs every statement of `sql` in order, writing each output to `out`
 /// (flushed after each statement); stops at the first error.
 pub async fn run_script(
-    session: &Session,
+    session: &Backend,
     sql: &str,
     printer: &Printer,
     out: &mut dyn Write,
@@ -73,20 +73,21 @@ pub async fn run_script(
 
 #[cfg(test)]
 mod tests {
-    use icemerge_scheduler::{CatalogOptions, SessionOptions};
+    use icemerge_scheduler::{CatalogOptions, Session, SessionOptions};
 
     use super::*;
     use crate::output::Format;
 
-    async fn session(dir: &std::path::Path) -> Session {
+    async fn session(dir: &std::path::Path) -> Backend {
         let options = SessionOptions {
             catalog: CatalogOptions {
                 warehouse: dir.to_path_buf(),
                 catalog_uri: None,
+                ..Default::default()
             },
             ..Default::default()
         };
-        Session::open(options).await.expect("open session")
+        Backend::Embedded(Session::open(options).await.expect("open session"))
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -101,7 +101,8 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     scan.files_pruned,
                     scan.predicate,
                     scan.limit.map(|l| l as usize),
-                );
+                )
+                .with_dynamic_predicate(scan.dynamic_predicate);
                 Ok(Arc::new(if scan.row_ids {
                     exec.with_row_ids()
                 } else {
@@ -114,11 +115,13 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     table, metadata, props, write_id, input,
                 )))
             }
-            Some(Node::MergeWrite(write)) => {
+            Some(Node::MergeWrite(mut write)) => {
+                let file_rows = std::mem::take(&mut write.file_rows);
                 let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
-                Ok(Arc::new(CopyOnWriteWriterExec::new(
-                    table, metadata, props, write_id, input,
-                )))
+                Ok(Arc::new(
+                    CopyOnWriteWriterExec::new(table, metadata, props, write_id, input)
+                        .with_file_rows(Arc::new(file_rows)),
+                ))
             }
             None => Err(DataFusionError::Internal("empty icemerge plan node".into())),
         }
@@ -149,6 +152,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 predicate: scan.predicate.clone(),
                 limit: scan.limit.map(|l| l as u64),
                 row_ids: scan.row_ids,
+                dynamic_predicate: scan.dynamic_predicate.clone(),
             })
         } else if let Some(write) = node.as_any().downcast_ref::<IcebergWriteExec>() {
             Node::Write(WriteNode {
@@ -159,6 +163,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     props: write.file_io_props.clone(),
                 }),
                 write_id: write.write_id.clone(),
+                file_rows: Default::default(),
             })
         } else if let Some(write) = node.as_any().downcast_ref::<CopyOnWriteWriterExec>() {
             Node::MergeWrite(WriteNode {
@@ -169,6 +174,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     props: write.file_io_props.clone(),
                 }),
                 write_id: write.write_id.clone(),
+                file_rows: write.file_rows.as_ref().clone(),
             })
         } else {
             return self.fallback.try_encode(node, buf);

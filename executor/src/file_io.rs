@@ -7,8 +7,11 @@ use std::sync::Arc;
 use iceberg::io::{FileIO, FileIOBuilder};
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-/// Builds a `FileIO` that resolves `file://` and `s3://` locations.
+/// Builds a `FileIO` that resolves `file://` and `s3://` locations. S3
+/// settings among `props` are also registered for the cleanup of
+/// uncommitted files ([`crate::cleanup::register_storage`]).
 pub fn file_io_from_props(props: &HashMap<String, String>) -> FileIO {
+    crate::cleanup::register_storage("", props);
     FileIOBuilder::new(Arc::new(OpenDalResolvingStorageFactory::new()))
         .with_props(props.clone())
         .build()

@@ -5,6 +5,7 @@ pub mod cleanup;
 pub mod codec;
 pub mod file_io;
 pub mod merge_writer_exec;
+pub mod process;
 pub mod scan_exec;
 pub mod write_exec;
 

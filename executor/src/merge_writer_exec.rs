@@ -5,7 +5,8 @@
 //! and updates are collected per data file; at the end each touched file is
 //! read once and rewritten without its deleted rows and with its updated rows
 //! in place (file order kept). A file whose rows are all deleted gets no
-//! replacement. A target row acted on twice fails the statement (duplicate
+//! replacement and, when its record count is known from the target scan, is
+//! not read at all. A target row acted on twice fails the statement (duplicate
 //! match). The output is the commit fragment of this partition.
 
 use std::any::Any;
@@ -13,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::interleave;
 use arrow::datatypes::{DataType, Field, Int64Type, Int8Type, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
@@ -64,6 +65,8 @@ pub struct CopyOnWriteWriterExec {
     pub file_io_props: HashMap<String, String>,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
+    /// Record count of each data file the target scan reads.
+    pub file_rows: Arc<HashMap<String, u64>>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -88,9 +91,16 @@ impl CopyOnWriteWriterExec {
             file_io_props,
             write_id,
             input,
+            file_rows: Arc::default(),
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The same writer, knowing each data file's record count.
+    pub fn with_file_rows(mut self, file_rows: Arc<HashMap<String, u64>>) -> Self {
+        self.file_rows = file_rows;
+        self
     }
 }
 
@@ -136,13 +146,16 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         let input = children.pop().ok_or_else(|| {
             DataFusionError::Internal("CopyOnWriteWriterExec needs one child".into())
         })?;
-        Ok(Arc::new(Self::new(
-            self.table.clone(),
-            self.metadata.clone(),
-            self.file_io_props.clone(),
-            self.write_id.clone(),
-            input,
-        )))
+        Ok(Arc::new(
+            Self::new(
+                self.table.clone(),
+                self.metadata.clone(),
+                self.file_io_props.clone(),
+                self.write_id.clone(),
+                input,
+            )
+            .with_file_rows(self.file_rows.clone()),
+        ))
     }
 
     fn execute(
@@ -160,9 +173,11 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         );
         let batch_size = context.session_config().batch_size();
         let m = WriterMetrics::new(&self.metrics, partition);
+        let file_rows = self.file_rows.clone();
         let stream = futures::stream::once(async move {
             let mut state =
-                PartitionWriter::try_new(metadata, file_io, prefix, batch_size, m).await?;
+                PartitionWriter::try_new(metadata, file_io, prefix, batch_size, file_rows, m)
+                    .await?;
             let result = async {
                 let mut input = input;
                 while let Some(batch) = input.next().await {
@@ -240,6 +255,8 @@ struct PartitionWriter {
     changes: BTreeMap<String, HashMap<i64, Change>>,
     /// Batches holding updated rows (target columns only).
     kept: Vec<RecordBatch>,
+    /// Record count of each data file the target scan reads.
+    file_rows: Arc<HashMap<String, u64>>,
     metrics: WriterMetrics,
 }
 
@@ -249,6 +266,7 @@ impl PartitionWriter {
         file_io: FileIO,
         prefix: String,
         batch_size: usize,
+        file_rows: Arc<HashMap<String, u64>>,
         metrics: WriterMetrics,
     ) -> Result<Self> {
         let writer = TableFileWriter::try_new(&metadata, file_io.clone(), prefix).await?;
@@ -261,6 +279,7 @@ impl PartitionWriter {
             columns,
             changes: BTreeMap::new(),
             kept: vec![],
+            file_rows,
             metrics,
         })
     }
@@ -396,8 +415,17 @@ impl PartitionWriter {
         Ok(RecordBatch::try_new(FRAGMENT_SCHEMA.clone(), columns)?)
     }
 
-    /// Streams `file` once, applying `changes` by position.
+    /// Streams `file` once, applying `changes` by position. A file whose
+    /// every row is deleted is dropped without reading it.
     async fn rewrite(&mut self, file: &str, changes: &HashMap<i64, Change>) -> Result<()> {
+        let all_deleted = self.file_rows.get(file).is_some_and(|&rows| {
+            rows as usize == changes.len() && changes.values().all(|c| matches!(c, Change::Delete))
+        });
+        if all_deleted {
+            self.metrics.deleted.add(changes.len());
+            self.metrics.files_removed.add(1);
+            return Ok(());
+        }
         let size = self
             .file_io
             .new_input(file)
@@ -437,39 +465,80 @@ impl PartitionWriter {
             .read(futures::stream::iter([Ok(task)]).boxed())
             .map_err(iceberg_err)?
             .stream();
+        // Changes in file order; each batch takes the run of changes that
+        // falls within its positions. A batch without changes is written as
+        // it is, one with deletes only is filtered, others are interleaved
+        // with the updated rows they take.
+        let mut sorted: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
+        sorted.sort_unstable_by_key(|(p, _)| *p);
+        let mut next = 0;
         let mut position: i64 = 0;
         let (mut updated, mut deleted) = (0usize, 0usize);
         while let Some(batch) = batches.next().await {
             let batch = batch.map_err(iceberg_err)?;
-            let mut indices: Vec<(usize, usize)> = Vec::with_capacity(batch.num_rows());
-            for row in 0..batch.num_rows() {
-                match changes.get(&(position + row as i64)) {
+            let rows = batch.num_rows();
+            let end = position + rows as i64;
+            let first = next;
+            while next < sorted.len() && sorted[next].0 < end {
+                next += 1;
+            }
+            let in_batch = &sorted[first..next];
+            let start = position;
+            position = end;
+            if in_batch.is_empty() {
+                self.metrics.copied.add(rows);
+                self.writer.write(batch).await?;
+                continue;
+            }
+            let batch = crate::scan_exec::conform(self.writer.arrow_schema(), batch)?;
+            if in_batch.iter().all(|(_, c)| matches!(c, Change::Delete)) {
+                let mut keep = vec![true; rows];
+                for (pos, _) in in_batch {
+                    keep[(pos - start) as usize] = false;
+                }
+                deleted += in_batch.len();
+                self.metrics.copied.add(rows - in_batch.len());
+                let kept = arrow::compute::filter_record_batch(&batch, &BooleanArray::from(keep))?;
+                self.writer.write(kept).await?;
+                continue;
+            }
+            // Source 0 is this batch; 1.. the kept batches this batch takes from.
+            let mut sources: Vec<usize> = vec![];
+            let mut indices: Vec<(usize, usize)> = Vec::with_capacity(rows);
+            let mut changed = in_batch.iter().peekable();
+            for row in 0..rows {
+                match changed.next_if(|(pos, _)| *pos == start + row as i64) {
                     None => indices.push((0, row)),
-                    Some(Change::Delete) => deleted += 1,
-                    Some(Change::Update { batch, row }) => {
+                    Some((_, Change::Delete)) => deleted += 1,
+                    Some((_, Change::Update { batch, row })) => {
                         updated += 1;
-                        indices.push((batch + 1, *row))
+                        let source = match sources.iter().position(|b| b == batch) {
+                            Some(i) => i + 1,
+                            None => {
+                                sources.push(*batch);
+                                sources.len()
+                            }
+                        };
+                        indices.push((source, *row));
                     }
                 }
             }
             self.metrics
                 .copied
                 .add(indices.iter().filter(|(b, _)| *b == 0).count());
-            position += batch.num_rows() as i64;
             if indices.is_empty() {
                 continue;
             }
             let mut columns = Vec::with_capacity(batch.num_columns());
-            let batch = crate::scan_exec::conform(self.writer.arrow_schema(), batch)?;
             for c in 0..batch.num_columns() {
-                let mut sources: Vec<&dyn Array> = vec![batch.column(c).as_ref()];
-                sources.extend(self.kept.iter().map(|k| k.column(c).as_ref()));
-                columns.push(interleave(&sources, &indices)?);
+                let mut arrays: Vec<&dyn Array> = vec![batch.column(c).as_ref()];
+                arrays.extend(sources.iter().map(|&k| self.kept[k].column(c).as_ref()));
+                columns.push(interleave(&arrays, &indices)?);
             }
             let out = RecordBatch::try_new(batch.schema(), columns)?;
             self.writer.write(out).await?;
         }
-        if updated + deleted != changes.len() {
+        if next != sorted.len() || updated + deleted != changes.len() {
             return Err(DataFusionError::Execution(format!(
                 "MERGE: data file {file} has {position} rows but changes were planned for positions beyond it"
             )));

@@ -10,6 +10,8 @@ use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
+use datafusion::common::stats::Precision;
+use datafusion::common::Statistics;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
@@ -36,6 +38,9 @@ pub struct IcebergScanExec {
     pub groups: Vec<Vec<FileScanTask>>,
     pub files_pruned: u64,
     pub predicate: String,
+    /// Predicate derived from a MERGE source's key values that pruned files
+    /// (never filters rows), for display.
+    pub dynamic_predicate: String,
     pub limit: Option<usize>,
     /// Adds the row id columns `_file` and `_pos` (MERGE's target scan).
     pub row_ids: bool,
@@ -72,6 +77,7 @@ impl IcebergScanExec {
             groups,
             files_pruned,
             predicate,
+            dynamic_predicate: String::new(),
             limit,
             row_ids: false,
             properties,
@@ -83,6 +89,12 @@ impl IcebergScanExec {
     /// (`schema` must then end with those two fields).
     pub fn with_row_ids(mut self) -> Self {
         self.row_ids = true;
+        self
+    }
+
+    /// The same scan, showing `predicate` as the dynamic pruning it had.
+    pub fn with_dynamic_predicate(mut self, predicate: String) -> Self {
+        self.dynamic_predicate = predicate;
         self
     }
 
@@ -132,6 +144,9 @@ impl DisplayAs for IcebergScanExec {
         )?;
         if !self.predicate.is_empty() {
             write!(f, ", predicate={}", self.predicate)?;
+        }
+        if !self.dynamic_predicate.is_empty() {
+            write!(f, ", dynamic_pruning={}", self.dynamic_predicate)?;
         }
         if let Some(limit) = self.limit {
             write!(f, ", limit={limit}")?;
@@ -242,6 +257,21 @@ impl ExecutionPlan for IcebergScanExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+
+    /// Row counts from the manifest entries (an upper bound when delete
+    /// files apply), so that joins build their hash table on the smaller side.
+    fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
+        let tasks: Vec<&FileScanTask> = match partition {
+            Some(p) => self.groups.get(p).into_iter().flatten().collect(),
+            None => self.groups.iter().flatten().collect(),
+        };
+        let mut statistics = Statistics::new_unknown(&self.schema);
+        if let Some(rows) = tasks.iter().map(|t| t.record_count).sum::<Option<u64>>() {
+            let rows = self.limit.map_or(rows as usize, |l| l.min(rows as usize));
+            statistics.num_rows = Precision::Inexact(rows);
+        }
+        Ok(statistics)
     }
 }
 

@@ -7,7 +7,8 @@
 //!   kept);
 //! * [`parse_create_table`] — parsing `CREATE TABLE` (plain and CTAS) with an
 //!   Iceberg-style `PARTITIONED BY (...)` clause of transforms, which
-//!   sqlparser cannot parse on its own;
+//!   sqlparser cannot parse on its own, and table properties
+//!   (`TBLPROPERTIES (...)` / `WITH (...)`);
 //! * [`build_schema`] / [`build_partition_spec`] — turning the parsed columns
 //!   and partition items into an Iceberg [`Schema`] and
 //!   [`UnboundPartitionSpec`].
@@ -67,6 +68,9 @@ pub struct CreateTable {
     pub partition_by: Vec<PartitionItem>,
     /// For CTAS: the SQL text of the `SELECT`.
     pub query: Option<String>,
+    /// Iceberg table properties from `TBLPROPERTIES (...)` or `WITH (...)`,
+    /// e.g. `'write.target-file-size-bytes' = '134217728'`.
+    pub properties: Vec<(String, String)>,
 }
 
 /// One column of a `CREATE TABLE` column list.
@@ -185,7 +189,9 @@ pub fn split_statements(sql: &str) -> Result<Vec<String>> {
 ///
 /// ```sql
 /// CREATE TABLE [IF NOT EXISTS] name (col type [NOT NULL], ...) [PARTITIONED BY (item, ...)]
-/// CREATE TABLE [IF NOT EXISTS] name [(col type, ...)] [PARTITIONED BY (item, ...)] AS SELECT ...
+///     [TBLPROPERTIES ('key' = 'value', ...)]
+/// CREATE TABLE [IF NOT EXISTS] name [(col type, ...)] [PARTITIONED BY (item, ...)]
+///     [TBLPROPERTIES ('key' = 'value', ...)] AS SELECT ...
 /// ```
 ///
 /// where an item is `col`, `identity(col)`, `bucket(n, col)`,
@@ -454,13 +460,66 @@ fn convert_create_table(
             create.name
         )));
     }
+    let properties = table_properties(&create.table_options)?;
     Ok(CreateTable {
         name,
         if_not_exists: create.if_not_exists,
         columns,
         partition_by,
         query: create.query.map(|q| q.to_string()),
+        properties,
     })
+}
+
+/// `TBLPROPERTIES ('k' = 'v', ...)` or `WITH ('k' = 'v', ...)` as pairs;
+/// values may be strings, numbers or booleans.
+fn table_properties(options: &CreateTableOptions) -> Result<Vec<(String, String)>> {
+    let options = match options {
+        CreateTableOptions::None => return Ok(vec![]),
+        CreateTableOptions::With(o) | CreateTableOptions::TableProperties(o) => o,
+        _ => return Err(plan(
+            "CREATE TABLE does not support table options; use TBLPROPERTIES ('key' = 'value', ...)",
+        )),
+    };
+    let mut seen = HashSet::new();
+    options
+        .iter()
+        .map(|option| {
+            let ast::SqlOption::KeyValue { key, value } = option else {
+                return Err(plan(format!(
+                    "table property '{option}': expected 'key' = 'value'"
+                )));
+            };
+            let value = match value {
+                Expr::Value(v) => match &v.value {
+                    ast::Value::SingleQuotedString(s) | ast::Value::DoubleQuotedString(s) => {
+                        s.clone()
+                    }
+                    ast::Value::Number(n, _) => n.to_string(),
+                    ast::Value::Boolean(b) => b.to_string(),
+                    other => {
+                        return Err(plan(format!(
+                            "table property '{}': unsupported value {other}",
+                            key.value
+                        )))
+                    }
+                },
+                other => {
+                    return Err(plan(format!(
+                        "table property '{}': value must be a literal, got {other}",
+                        key.value
+                    )))
+                }
+            };
+            if !seen.insert(key.value.clone()) {
+                return Err(plan(format!(
+                    "table property '{}' is given twice",
+                    key.value
+                )));
+            }
+            Ok((key.value.clone(), value))
+        })
+        .collect()
 }
 
 /// Rejects clauses sqlparser accepts but icemerge would otherwise silently ignore.
@@ -469,10 +528,6 @@ fn reject_unsupported_clauses(create: &ast::CreateTable) -> Result<()> {
         (!create.constraints.is_empty(), "table constraints"),
         (create.like.is_some(), "LIKE"),
         (create.clone.is_some(), "CLONE"),
-        (
-            !matches!(create.table_options, CreateTableOptions::None),
-            "table options",
-        ),
         (create.location.is_some(), "LOCATION"),
         (
             create.partition_by.is_some(),

@@ -1,5 +1,6 @@
 //! EXPLAIN for MERGE: the physical plan cut into the stages a cluster runs
-//! (at hash exchanges and partition merges, where Ballista cuts it), each
+//! (at hash exchanges and partition merges, where Ballista cuts it, and at
+//! a hash join's inputs, which the local engine pipelines into it), each
 //! with its role in the merge, its number of tasks, its output partitioning,
 //! its operator tree and the stages feeding it; as text or as DOT.
 
@@ -136,7 +137,24 @@ fn walk(
     }
     operators.push(format!("{}{}", "  ".repeat(depth), line));
     nodes.push(node.clone());
+    let join = node.name() == "HashJoinExec";
     for child in node.children() {
+        if join && !is_boundary(child) {
+            // A join input that is not exchanged (a hash table built in
+            // process, or a stream probing it) is still its own stage of the
+            // merge; its output is pipelined into the join's task.
+            let partitioning = format!(
+                "{} pipelined into the join",
+                partitioning_text(child.output_partitioning())
+            );
+            let id = build(child, out, partitioning.clone());
+            inputs.push(id);
+            operators.push(format!(
+                "{}StageInput: stage {id} ({partitioning})",
+                "  ".repeat(depth + 1)
+            ));
+            continue;
+        }
         walk(child, depth + 1, out, operators, nodes, inputs);
     }
 }

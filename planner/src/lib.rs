@@ -1,7 +1,9 @@
 //! icemerge-planner: SQL statements → plans. DDL parsing, system tables,
-//! and (later) the MERGE planner and EXPLAIN rendering.
+//! MERGE binding and classification, the source-key probe for dynamic
+//! pruning, and EXPLAIN rendering.
 
 pub mod ddl;
 pub mod explain;
 pub mod merge;
+pub mod source_keys;
 pub mod system_tables;

@@ -168,7 +168,7 @@ fn rewrite_stars(sql: &str) -> Result<String> {
     Ok(out)
 }
 
-fn ident_value(i: &Ident) -> String {
+pub(crate) fn ident_value(i: &Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {
@@ -269,7 +269,7 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
 }
 
 /// The source relation's name in the statement and its SQL.
-fn source_sql(merge: &Merge) -> Result<(String, String)> {
+pub(crate) fn source_sql(merge: &Merge) -> Result<(String, String)> {
     let source = &merge.source;
     let alias = match source {
         TableFactor::Table { name, alias, args, .. } => match (alias, args) {
@@ -513,6 +513,10 @@ pub fn assignment_probe(
 
 /// The classification query (see the module doc). `target_relation` is the
 /// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
+///
+/// Inserted rows have no data file; they spread over `$1` routes (a
+/// parameter, bound once the source's size is known): few inserted rows go
+/// to few writers, and so make few files.
 pub fn classify_sql(
     bound: &BoundMerge,
     target_relation: &str,
@@ -554,15 +558,15 @@ pub fn classify_sql(
         ));
     }
     // The route spreads inserts (no data file) over the writers.
+    let spread = "CAST(CAST(floor(random() * CAST($1 AS DOUBLE)) AS BIGINT) AS VARCHAR)";
     let outer: Vec<String> = [
-        "__icemerge_op",
-        "_file",
-        "_pos",
-        "__icemerge_key",
-        "COALESCE(_file, CAST(random() AS VARCHAR)) AS __icemerge_route",
+        "__icemerge_op".to_string(),
+        "_file".to_string(),
+        "_pos".to_string(),
+        "__icemerge_key".to_string(),
+        format!("COALESCE(_file, {spread}) AS __icemerge_route"),
     ]
-    .iter()
-    .map(|c| c.to_string())
+    .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
     Ok(format!(
@@ -597,33 +601,48 @@ fn key_expr(on: &Expr, target_alias: &str, columns: &[String]) -> String {
 }
 
 fn collect_target_keys(expr: &Expr, target_alias: &str, columns: &[String], out: &mut Vec<String>) {
+    for conjunct in conjuncts(expr) {
+        if let Expr::BinaryOp {
+            left,
+            op: BinaryOperator::Eq,
+            right,
+        } = conjunct
+        {
+            for side in [left, right] {
+                out.extend(target_column(side, target_alias, columns));
+            }
+        }
+    }
+}
+
+/// The top-level conjuncts of a condition (through AND and parentheses).
+pub(crate) fn conjuncts(expr: &Expr) -> Vec<&Expr> {
     match expr {
         Expr::BinaryOp {
             left,
             op: BinaryOperator::And,
             right,
         } => {
-            collect_target_keys(left, target_alias, columns, out);
-            collect_target_keys(right, target_alias, columns, out);
+            let mut out = conjuncts(left);
+            out.extend(conjuncts(right));
+            out
         }
-        Expr::BinaryOp {
-            left,
-            op: BinaryOperator::Eq,
-            right,
-        } => {
-            for side in [left, right] {
-                if let Expr::CompoundIdentifier(parts) = side.as_ref() {
-                    if parts.len() == 2 && ident_value(&parts[0]) == target_alias {
-                        let column = ident_value(&parts[1]);
-                        if columns.contains(&column) {
-                            out.push(column);
-                        }
-                    }
-                }
-            }
+        Expr::Nested(inner) => conjuncts(inner),
+        other => vec![other],
+    }
+}
+
+/// `t.col` naming a column of the target.
+pub(crate) fn target_column(expr: &Expr, target_alias: &str, columns: &[String]) -> Option<String> {
+    match expr {
+        Expr::CompoundIdentifier(parts)
+            if parts.len() == 2 && ident_value(&parts[0]) == target_alias =>
+        {
+            let column = ident_value(&parts[1]);
+            columns.contains(&column).then_some(column)
         }
-        Expr::Nested(inner) => collect_target_keys(inner, target_alias, columns, out),
-        _ => {}
+        Expr::Nested(inner) => target_column(inner, target_alias, columns),
+        _ => None,
     }
 }
 

@@ -68,6 +68,9 @@ pub struct ScanNode {
     /// Emit the row id columns `_file` and `_pos`.
     #[prost(bool, tag = "8")]
     pub row_ids: bool,
+    /// Predicate from a MERGE source's key values that pruned files, for display.
+    #[prost(string, tag = "9")]
+    pub dynamic_predicate: String,
 }
 
 /// `IcebergWriteExec`: writes its input as data files of one table.
@@ -83,4 +86,8 @@ pub struct WriteNode {
     /// Unique per statement; file names add the task and attempt.
     #[prost(string, tag = "4")]
     pub write_id: String,
+    /// MERGE writer: the record count of every data file the target scan
+    /// reads, so that a file whose every row is deleted is dropped unread.
+    #[prost(map = "string, uint64", tag = "5")]
+    pub file_rows: HashMap<String, u64>,
 }

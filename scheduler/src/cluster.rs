@@ -2,7 +2,8 @@
 //! process, wired with icemerge's codecs and query planner. Used by the
 //! `cluster` engine with `--executors N` and by the tests to prove the
 //! distributed path on one machine. Every task an executor runs is recorded
-//! in the cluster's task ledger (executor, job, stage, partition, metrics).
+//! in the cluster's task ledger (executor, job, stage, partition, metrics)
+//! and counted while it runs (`task_tracker`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -36,6 +37,7 @@ use icemerge_executor::codec::IcemergePhysicalCodec;
 use tokio::net::TcpListener;
 
 use crate::shipped_plan::{IcemergeLogicalCodec, ShippedPlanQueryPlanner};
+use crate::task_tracker::{TaskTracker, TrackingEngine};
 
 /// One task run by an executor, as recorded after it finished.
 #[derive(Debug, Clone)]
@@ -53,6 +55,11 @@ pub struct TaskRecord {
 pub struct TaskLedger(Arc<Mutex<Vec<TaskRecord>>>);
 
 impl TaskLedger {
+    /// Records one finished task.
+    pub fn record(&self, task: TaskRecord) {
+        self.0.lock().expect("ledger lock").push(task);
+    }
+
     /// Tasks of one job, in completion order.
     pub fn tasks_of(&self, job_id: &str) -> Vec<TaskRecord> {
         self.0
@@ -61,6 +68,35 @@ impl TaskLedger {
             .iter()
             .filter(|t| t.job_id == job_id)
             .cloned()
+            .collect()
+    }
+}
+
+/// When each executor was last heard from (registration, heartbeat, task
+/// status), as seen by the `icemerge-scheduler` process.
+#[derive(Debug, Default, Clone)]
+pub struct ExecutorLiveness(Arc<Mutex<std::collections::HashMap<String, std::time::Instant>>>);
+
+impl ExecutorLiveness {
+    /// Records that `executor_id` was heard from now.
+    pub fn seen(&self, executor_id: &str) {
+        if executor_id.is_empty() {
+            return;
+        }
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .insert(executor_id.to_string(), std::time::Instant::now());
+    }
+
+    /// Executors heard from within `within`.
+    pub fn alive(&self, within: std::time::Duration) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .iter()
+            .filter(|(_, t)| t.elapsed() <= within)
+            .map(|(id, _)| id.clone())
             .collect()
     }
 }
@@ -78,7 +114,7 @@ impl ExecutorMetricsCollector for LedgerCollector {
         partition: usize,
         plan: Arc<dyn QueryStageExecutor>,
     ) {
-        self.ledger.0.lock().expect("ledger lock").push(TaskRecord {
+        self.ledger.record(TaskRecord {
             executor_id: self.executor_id.clone(),
             job_id: job_id.to_string(),
             stage_id,
@@ -93,6 +129,8 @@ pub struct InProcessCluster {
     pub scheduler_addr: SocketAddr,
     pub executor_ids: Vec<String>,
     pub ledger: TaskLedger,
+    /// Tasks running now on the executors, per job.
+    pub running: TaskTracker,
     _work_dirs: Vec<tempfile::TempDir>,
 }
 
@@ -111,6 +149,7 @@ impl InProcessCluster {
     /// Starts a scheduler and `executors` executors with `slots` task slots each.
     pub async fn start(config: SessionConfig, executors: usize, slots: usize) -> Result<Self> {
         let ledger = TaskLedger::default();
+        let running = TaskTracker::default();
         let scheduler_addr = start_scheduler(config.clone()).await?;
         let mut executor_ids = vec![];
         let mut work_dirs = vec![];
@@ -125,6 +164,7 @@ impl InProcessCluster {
                 slots,
                 work_dir.path(),
                 ledger.clone(),
+                running.clone(),
             )
             .await?;
             executor_ids.push(id);
@@ -134,6 +174,7 @@ impl InProcessCluster {
             scheduler_addr,
             executor_ids,
             ledger,
+            running,
             _work_dirs: work_dirs,
         })
     }
@@ -187,6 +228,7 @@ async fn start_executor(
     slots: usize,
     work_dir: &std::path::Path,
     ledger: TaskLedger,
+    running: TaskTracker,
 ) -> Result<String> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -213,7 +255,7 @@ async fn start_executor(
     let runtime_producer: RuntimeProducer = Arc::new(move |_| Ok(runtime.clone()));
     let config_producer: ConfigProducer = Arc::new(move || config.clone());
     let work_dir = work_dir.to_string_lossy().to_string();
-    let executor = Arc::new(Executor::with_default_execution_engine(
+    let executor = Arc::new(Executor::new(
         registration,
         &work_dir,
         runtime_producer,
@@ -224,6 +266,7 @@ async fn start_executor(
             ledger,
         }),
         slots,
+        Arc::new(TrackingEngine::new(running)),
     ));
     let flight = arrow_flight::flight_service_server::FlightServiceServer::new(
         BallistaFlightService::new(work_dir),

@@ -2,7 +2,9 @@
 //! commit one snapshot.
 //!
 //! - A: target scan (row-id) — `IcebergScanExec` with `_file` / `_pos`, all
-//!   tasks reading the snapshot pinned at plan time;
+//!   tasks reading the snapshot pinned at plan time; its files are pruned by
+//!   ON conjuncts on the target alone and by the source's key values
+//!   (`dynamic_pruning`);
 //! - B: source scan — whatever DataFusion plans for the USING relation;
 //! - C: join / classify — DataFusion's hash join (keys from the ON
 //!   equalities, the rest as join filter) and the classification projection
@@ -13,13 +15,15 @@
 //! - E: commit — here, after the job: `append` when the merge only inserted,
 //!   otherwise an `overwrite` snapshot; the pointer swap is a compare-and-swap.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::UInt64Type;
 use arrow::record_batch::RecordBatch;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::ScalarValue;
+use datafusion::datasource::provider_as_source;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
@@ -31,8 +35,11 @@ use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
 use icemerge_executor::iceberg_err;
 use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
+use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::merge::{assignment_probe, bind_merge, classify_sql, BoundMerge};
+use icemerge_planner::source_keys::source_key_probe;
 
+use crate::dynamic_pruning::{probe_source_keys, DISTINCT_LIMIT};
 use crate::table_provider::IcebergTableProvider;
 
 /// A planned MERGE, ready to run or to explain.
@@ -43,6 +50,8 @@ pub struct PlannedMerge {
     pub write_id: String,
     /// The whole physical plan, rooted at the writer.
     pub plan: Arc<dyn ExecutionPlan>,
+    /// Data files of the target that the scan does not read (pruned).
+    pub files_pruned: u64,
 }
 
 /// What a MERGE did.
@@ -70,16 +79,15 @@ pub async fn plan_merge(
 ) -> Result<PlannedMerge> {
     let bound = bind_merge(merge)?;
     let provider =
-        IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?;
-    let columns: Vec<String> = provider
-        .schema
-        .fields()
+        IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?
+            .with_row_ids();
+    let columns: Vec<String> = provider.schema.fields()[..provider.schema.fields().len() - 2]
         .iter()
         .map(|f| f.name().clone())
         .collect();
     let target_schema = provider.schema.clone();
     let relation = format!("__icemerge_target_{}", uuid::Uuid::new_v4().simple());
-    ctx.register_table(relation.as_str(), Arc::new(provider.with_row_ids()))?;
+    ctx.register_table(relation.as_str(), Arc::new(provider.clone()))?;
     let planned = async {
         check_assignment_types(ctx, &bound, &relation, &columns, &target_schema).await?;
         let sql = classify_sql(&bound, &relation, &columns)?;
@@ -89,11 +97,28 @@ pub async fn plan_merge(
             .await
             .map_err(|e| explain_bind_error(e, &bound))?;
         check_join_keys(&logical, &bound)?;
+        let keys = match source_key_probe(&bound, &columns, DISTINCT_LIMIT)? {
+            Some(probe) => {
+                probe_source_keys(ctx, join_source(&logical)?, &probe, &target_schema).await?
+            }
+            None => None,
+        };
+        let logical = match keys.as_ref().and_then(|k| k.predicate.clone()) {
+            Some(predicate) => with_target_provider(
+                logical,
+                &relation,
+                Arc::new(provider.clone().with_pruning(predicate)),
+            )?,
+            None => logical,
+        };
+        let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
+        let logical = logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])?;
         ctx.state().create_physical_plan(&logical).await
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
     let classified = planned?;
+    let (file_rows, files_pruned) = target_files(&classified);
 
     // Stage D's input: every merge row of one data file goes to one writer;
     // inserts (no file) are spread by the route column.
@@ -106,20 +131,105 @@ pub async fn plan_merge(
         ),
     )?);
     let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
-    let writer = Arc::new(CopyOnWriteWriterExec::new(
-        table_name.clone(),
-        base.metadata_ref(),
-        file_io_props,
-        write_id.clone(),
-        exchange,
-    ));
+    let writer = Arc::new(
+        CopyOnWriteWriterExec::new(
+            table_name.clone(),
+            base.metadata_ref(),
+            file_io_props,
+            write_id.clone(),
+            exchange,
+        )
+        .with_file_rows(Arc::new(file_rows)),
+    );
     Ok(PlannedMerge {
         bound,
         base,
         table_name,
         write_id,
         plan: writer,
+        files_pruned,
     })
+}
+
+/// The source side of the merge's join (the first join of the plan).
+fn join_source(plan: &LogicalPlan) -> Result<LogicalPlan> {
+    let mut source = None;
+    plan.apply(|node| {
+        if let LogicalPlan::Join(join) = node {
+            source = Some(join.right.as_ref().clone());
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    source.ok_or_else(|| DataFusionError::Internal("MERGE plan without a join".into()))
+}
+
+/// `plan` with the scan of `relation` reading through `provider` instead.
+fn with_target_provider(
+    plan: LogicalPlan,
+    relation: &str,
+    provider: Arc<IcebergTableProvider>,
+) -> Result<LogicalPlan> {
+    plan.transform_up(|node| match node {
+        LogicalPlan::TableScan(mut scan) if scan.table_name.table() == relation => {
+            scan.source = provider_as_source(provider.clone());
+            Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+}
+
+/// How many routes inserted rows spread over (the classification's `$1`):
+/// as many writers as the source's rows could fill files of the table's
+/// target size, at the table's bytes per row; one route per row when the
+/// source size is unknown or fills every writer.
+fn insert_routes(base: &Table, source_rows: Option<u64>, writers: usize) -> Result<f64> {
+    const PER_ROW: f64 = 1e12;
+    let Some(rows) = source_rows else {
+        return Ok(PER_ROW);
+    };
+    let metadata = base.metadata();
+    let target_size = metadata
+        .table_properties()
+        .map_err(iceberg_err)?
+        .write_target_file_size_bytes as f64;
+    let summary = metadata
+        .current_snapshot()
+        .map(|s| s.summary().additional_properties.clone())
+        .unwrap_or_default();
+    let total = |key: &str| summary.get(key).and_then(|v| v.parse::<f64>().ok());
+    let bytes_per_row = match (total("total-files-size"), total("total-records")) {
+        (Some(bytes), Some(records)) if records > 0.0 => bytes / records,
+        _ => 100.0,
+    };
+    let files = (rows as f64 * bytes_per_row / target_size.max(1.0)).ceil();
+    Ok(if files >= writers as f64 {
+        PER_ROW
+    } else {
+        files.max(1.0)
+    })
+}
+
+/// The record count of every data file the plan's row-id scan reads, and
+/// how many files it pruned.
+fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u64>, u64) {
+    let mut rows = HashMap::new();
+    let mut pruned = 0;
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
+            if scan.row_ids {
+                pruned += scan.files_pruned;
+                for task in scan.groups.iter().flatten() {
+                    if let Some(n) = task.record_count {
+                        rows.insert(task.data_file_path.clone(), n);
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (rows, pruned)
 }
 
 /// Every value a clause assigns must be castable to its column's type;

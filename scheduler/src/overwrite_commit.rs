@@ -784,6 +784,7 @@ mod tests {
             let open = open_catalog(&CatalogOptions {
                 warehouse: warehouse.clone(),
                 catalog_uri: None,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -31,7 +31,7 @@ use crate::catalog::{open_catalog, CatalogOptions, OpenCatalog};
 use crate::catalog_provider::IcebergCatalogProvider;
 use crate::cluster::InProcessCluster;
 use crate::commit::{commit_append, data_files_from_batches, discard_write};
-use crate::engine::{Engine, EngineKind};
+use crate::engine::{Engine, EngineKind, JobControl, SchedulerTarget};
 use crate::merge::{
     collect_fragments, commit_merge, discard_uncommitted, plan_merge, MergeOutcome,
 };
@@ -81,6 +81,7 @@ pub struct Session {
     engine: Engine,
     last_job: Mutex<Option<String>>,
     last_metrics: Mutex<OperatorMetrics>,
+    control: JobControl,
 }
 
 /// Named counters summed over operators and tasks.
@@ -142,7 +143,6 @@ pub fn session_config(target_partitions: usize) -> SessionConfig {
 impl Session {
     /// Opens the catalog and starts the engine.
     pub async fn open(options: SessionOptions) -> Result<Self> {
-        let catalog = open_catalog(&options.catalog).await?;
         let executors = options.executors.unwrap_or_else(cores).max(1);
         let target_partitions = options
             .target_partitions
@@ -150,13 +150,48 @@ impl Session {
                 EngineKind::Local => cores(),
                 EngineKind::Cluster => (2 * executors).max(cores()),
             });
-        let config = session_config(target_partitions);
+        let mut config = session_config(target_partitions);
+        if options.engine == EngineKind::Local {
+            // In one process a hash join may build one table for all
+            // partitions (DataFusion's defaults), outer joins included;
+            // Ballista cannot, so the cluster keeps every join partitioned.
+            let defaults = datafusion::config::OptimizerOptions::default();
+            let optimizer = &mut config.options_mut().optimizer;
+            optimizer.hash_join_single_partition_threshold =
+                defaults.hash_join_single_partition_threshold;
+            optimizer.hash_join_single_partition_threshold_rows =
+                defaults.hash_join_single_partition_threshold_rows;
+        }
         let engine = match options.engine {
             EngineKind::Local => Engine::Local,
             EngineKind::Cluster => Engine::Cluster(Arc::new(
                 InProcessCluster::start(config.clone(), executors, 2).await?,
             )),
         };
+        Self::open_with_engine(&options, config, engine).await
+    }
+
+    /// Opens the catalog and runs every plan on an already running Ballista
+    /// scheduler (the `icemerge-scheduler` process's own). `options.engine`
+    /// and `options.executors` are ignored; partitions per stage default to
+    /// twice the available cores (at least 4).
+    pub async fn open_on_scheduler(
+        options: SessionOptions,
+        scheduler: SchedulerTarget,
+    ) -> Result<Self> {
+        let target_partitions = options
+            .target_partitions
+            .unwrap_or_else(|| (2 * cores()).max(4));
+        let config = session_config(target_partitions);
+        Self::open_with_engine(&options, config, Engine::Scheduler(scheduler)).await
+    }
+
+    async fn open_with_engine(
+        options: &SessionOptions,
+        config: SessionConfig,
+        engine: Engine,
+    ) -> Result<Self> {
+        let catalog = open_catalog(&options.catalog).await?;
         let state = SessionStateBuilder::new()
             .with_config(config.clone())
             .with_default_features()
@@ -188,6 +223,7 @@ impl Session {
             provider,
             engine,
             last_job: Mutex::new(None),
+            control: JobControl::default(),
             last_metrics: Mutex::new(OperatorMetrics::default()),
         })
     }
@@ -206,7 +242,7 @@ impl Session {
     pub fn cluster(&self) -> Option<&InProcessCluster> {
         match &self.engine {
             Engine::Cluster(c) => Some(c),
-            Engine::Local => None,
+            Engine::Local | Engine::Scheduler(_) => None,
         }
     }
 
@@ -224,8 +260,29 @@ impl Session {
         Ok(outputs)
     }
 
+    /// Cancels the statement executing on this session (from another task):
+    /// its Ballista job is cancelled, so the statement fails, commits nothing
+    /// and deletes the files it wrote. Returns the cancelled job's id, None
+    /// if no job was running (local engine, or nothing to cancel).
+    pub async fn cancel(&self) -> Result<Option<String>> {
+        match self.engine.scheduler_url() {
+            Some(url) => {
+                self.control
+                    .cancel(&url, std::time::Duration::from_secs(30))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The Ballista job the executing statement is running now, if any.
+    pub fn running_job_id(&self) -> Option<String> {
+        self.control.running_job_id()
+    }
+
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
+        let _active = self.control.begin();
         match self.execute_statement(sql).await {
             Ok(out) => Ok(out),
             Err(e) => Err(self.name_missing_namespace(e).await),
@@ -353,11 +410,14 @@ impl Session {
     }
 
     async fn run_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
-        let run = self.engine.run(&self.ctx, plan.clone()).await?;
-        let metrics = match (&self.engine, &run.job_id) {
-            (Engine::Cluster(cluster), Some(job)) => {
+        let run = self
+            .engine
+            .run(&self.ctx, plan.clone(), &self.control)
+            .await?;
+        let metrics = match (self.engine.ledger(), &run.job_id) {
+            (Some(ledger), Some(job)) => {
                 let mut totals = OperatorMetrics::default();
-                for task in cluster.ledger.tasks_of(job) {
+                for task in ledger.tasks_of(job) {
                     for set in &task.metrics {
                         totals.add(set);
                     }
@@ -478,7 +538,7 @@ impl Session {
         if explain == Some(ExplainMerge::Analyze) {
             return Ok(text_output(
                 "plan",
-                self.render_analyze(&stages, &outcome, elapsed),
+                self.render_analyze(&stages, &outcome, planned.files_pruned, elapsed),
             ));
         }
         Ok(merge_output(
@@ -492,6 +552,7 @@ impl Session {
         &self,
         stages: &[explain::Stage],
         outcome: &MergeOutcome,
+        files_pruned: u64,
         elapsed: std::time::Duration,
     ) -> String {
         use std::fmt::Write;
@@ -500,9 +561,9 @@ impl Session {
             text,
             "\nPer stage (rows out of the stage's top operator, tasks, time):"
         );
-        match (&self.engine, self.last_job_id()) {
-            (Engine::Cluster(cluster), Some(job)) => {
-                let tasks = cluster.ledger.tasks_of(&job);
+        match (self.engine.ledger(), self.last_job_id()) {
+            (Some(ledger), Some(job)) => {
+                let tasks = ledger.tasks_of(&job);
                 let mut by_stage: std::collections::BTreeMap<usize, Vec<_>> = Default::default();
                 for t in tasks {
                     by_stage.entry(t.stage_id).or_default().push(t);
@@ -556,12 +617,14 @@ impl Session {
         }
         let _ = writeln!(
             text,
-            "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, wall={}ms",
+            "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, wall={}ms",
             outcome.stat("rows_updated"),
             outcome.stat("rows_deleted"),
             outcome.stat("rows_inserted"),
             outcome.stat("rows_copied"),
             self.last_metrics().get("files_scanned"),
+            files_pruned,
+            self.last_metrics().get("files_rewritten"),
             outcome.stat("files_removed"),
             outcome.stat("files_added"),
             outcome.stat("bytes_read"),
@@ -763,10 +826,19 @@ impl Session {
             }
         };
         let spec = ddl::build_partition_spec(&schema, &create.partition_by)?;
+        let properties: std::collections::HashMap<String, String> =
+            create.properties.iter().cloned().collect();
+        iceberg::spec::TableProperties::try_from(&properties).map_err(|e| {
+            DataFusionError::Plan(format!(
+                "CREATE TABLE {ident}: invalid table property: {}",
+                e.message()
+            ))
+        })?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)
             .partition_spec(spec)
+            .properties(properties)
             .build();
         self.catalog
             .catalog

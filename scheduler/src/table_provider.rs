@@ -18,6 +18,7 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
+use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
@@ -34,6 +35,9 @@ pub struct IcebergTableProvider {
     pub file_io_props: HashMap<String, String>,
     /// Scans also emit the row id columns `_file` and `_pos` (MERGE target).
     pub row_ids: bool,
+    /// Prunes files (never rows) with this predicate too: a MERGE's dynamic
+    /// pruning from its source's key values.
+    pub pruning: Option<Predicate>,
 }
 
 impl IcebergTableProvider {
@@ -51,7 +55,15 @@ impl IcebergTableProvider {
             schema: Arc::new(arrow),
             file_io_props,
             row_ids: false,
+            pruning: None,
         })
+    }
+
+    /// The same table, its scans pruning data files with `predicate` (files
+    /// that cannot hold a row satisfying it are not read).
+    pub fn with_pruning(mut self, predicate: Predicate) -> Self {
+        self.pruning = Some(predicate);
+        self
     }
 
     /// The same table with `_file` (Utf8) and `_pos` (Int64) after its columns.
@@ -103,8 +115,25 @@ impl IcebergTableProvider {
             .as_ref()
             .map(|p| p.to_string())
             .unwrap_or_default();
+        let dynamic_text = self
+            .pruning
+            .as_ref()
+            .map(|p| p.to_string())
+            .unwrap_or_default();
+        let predicate = match (predicate, self.pruning.clone()) {
+            (Some(p), Some(d)) => Some(p.and(d)),
+            (p, d) => p.or(d),
+        };
         let row_ids = self.row_ids;
-        let finish = move |exec: IcebergScanExec| if row_ids { exec.with_row_ids() } else { exec };
+        let prunes_only = self.pruning.is_some();
+        let finish = move |exec: IcebergScanExec| {
+            let exec = exec.with_dynamic_predicate(dynamic_text);
+            if row_ids {
+                exec.with_row_ids()
+            } else {
+                exec
+            }
+        };
         let Some(snapshot) = self.table.metadata().current_snapshot() else {
             return Ok(finish(IcebergScanExec::new(
                 self.name.clone(),
@@ -137,8 +166,9 @@ impl IcebergTableProvider {
             .await
             .map_err(iceberg_err)?
             .map_ok(move |mut task| {
-                if row_ids {
-                    // The predicate only prunes files: every row keeps its position.
+                if row_ids || prunes_only {
+                    // The predicate only prunes files: every row keeps its
+                    // position, and dynamic pruning never filters rows.
                     task.predicate = None;
                 }
                 // Partition structs do not serialize; the reader does not need them

@@ -9,7 +9,9 @@ Both actions open the same SQLite catalog icemerge uses (catalog name
                                           "snapshot_id": <current snapshot id>,
                                           "entries": [{"status", "file_path",
                                                        "snapshot_id", "sequence_number"}...],
-                                          "files": [live data file paths]}
+                                          "files": [live data file paths],
+                                          "partitions": [{"partition", "record_count"}
+                                                         of every live data file]}
   duckdb    --warehouse W --table ns.t   reads the table's current metadata JSON with
                                           DuckDB's iceberg_scan (extensions loaded
                                           offline from the installed PyPI packages)
@@ -53,7 +55,18 @@ def pyiceberg_view(args):
         }
         for e in table.inspect.entries().to_pylist()
     ]
-    files = sorted(f["file_path"] for f in table.inspect.files().to_pylist() if f["content"] == 0)
+    live = [f for f in table.inspect.files().to_pylist() if f["content"] == 0]
+    files = sorted(f["file_path"] for f in live)
+    partitions = sorted(
+        (
+            {
+                "partition": {k: jsonable(v) for k, v in (f["partition"] or {}).items()},
+                "record_count": f["record_count"],
+            }
+            for f in live
+        ),
+        key=lambda p: json.dumps(p, sort_keys=True),
+    )
     print(
         json.dumps(
             {
@@ -62,6 +75,7 @@ def pyiceberg_view(args):
                 "snapshot_id": snapshot.snapshot_id if snapshot else None,
                 "entries": entries,
                 "files": files,
+                "partitions": partitions,
             },
             sort_keys=True,
         )

@@ -1,5 +1,12 @@
 //! Shared helpers for icemerge's end-to-end tests: sessions on a fresh
-//! warehouse for each engine, the sqllogictest adapter, and result helpers.
+//! warehouse for each engine, throwaway Postgres catalog databases, the
+//! sqllogictest adapter, and result helpers.
+//!
+//! Postgres: tests that need it read `ICEMERGE_TEST_POSTGRES_URI` (a server
+//! whose role may create databases). `./test.sh` always sets it, starting a
+//! throwaway server (tests/postgres.sh). When it is unset, e.g. under a
+//! plain `cargo test`, those tests print why and pass without running
+//! ([`postgres_database`] returns `None`).
 
 use std::path::{Path, PathBuf};
 
@@ -16,10 +23,21 @@ pub const ENGINES: [EngineKind; 2] = [EngineKind::Local, EngineKind::Cluster];
 
 /// Opens a session on `warehouse` with `engine` (a cluster of 2 executors).
 pub async fn open_session(warehouse: &Path, engine: EngineKind) -> Session {
+    open_session_on(warehouse, None, engine).await
+}
+
+/// As [`open_session`], with the catalog at `catalog_uri` (default: SQLite
+/// in the warehouse).
+pub async fn open_session_on(
+    warehouse: &Path,
+    catalog_uri: Option<&str>,
+    engine: EngineKind,
+) -> Session {
     Session::open(SessionOptions {
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
-            catalog_uri: None,
+            catalog_uri: catalog_uri.map(str::to_string),
+            ..Default::default()
         },
         engine,
         executors: Some(2),
@@ -27,6 +45,92 @@ pub async fn open_session(warehouse: &Path, engine: EngineKind) -> Session {
     })
     .await
     .expect("open session")
+}
+
+/// The environment variable naming the Postgres server for catalog tests.
+pub const POSTGRES_URI_VAR: &str = "ICEMERGE_TEST_POSTGRES_URI";
+
+/// A database of its own on the test Postgres server, dropped by
+/// [`PgDatabase::drop`].
+pub struct PgDatabase {
+    /// Connection URI of the new database (password included).
+    pub uri: String,
+    server_uri: String,
+    name: String,
+}
+
+/// Creates a fresh database on the server of `$ICEMERGE_TEST_POSTGRES_URI`
+/// for `test`. `None` (after printing why) when the variable is unset: the
+/// caller skips. Any other failure panics: a configured server must work.
+pub async fn postgres_database(test: &str) -> Option<PgDatabase> {
+    let server_uri = postgres_server(test)?;
+    let name = format!(
+        "icemerge_{}_{}",
+        test.chars()
+            .map(|c| if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            })
+            .take(30)
+            .collect::<String>(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let mut conn = connect_postgres(&server_uri).await;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("{POSTGRES_URI_VAR}: CREATE DATABASE {name}: {e}"));
+    let _ = sqlx::Connection::close(conn).await;
+    let mut url = url::Url::parse(&server_uri)
+        .unwrap_or_else(|e| panic!("{POSTGRES_URI_VAR} is not a URI: {e}"));
+    url.set_path(&format!("/{name}"));
+    Some(PgDatabase {
+        uri: url.to_string(),
+        server_uri,
+        name,
+    })
+}
+
+/// `$ICEMERGE_TEST_POSTGRES_URI`, or `None` after printing that `test` is
+/// skipped.
+pub fn postgres_server(test: &str) -> Option<String> {
+    match std::env::var(POSTGRES_URI_VAR) {
+        Ok(uri) if !uri.is_empty() => Some(uri),
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: {POSTGRES_URI_VAR} is not set (./test.sh starts a throwaway \
+                 PostgreSQL server and sets it; or point it at a server whose role may \
+                 CREATE DATABASE)"
+            );
+            None
+        }
+    }
+}
+
+async fn connect_postgres(uri: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(uri)
+        .await
+        .unwrap_or_else(|e| panic!("{POSTGRES_URI_VAR}: cannot connect: {e}"))
+}
+
+impl PgDatabase {
+    /// The database's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Drops the database (closing the connections still open to it).
+    pub async fn drop(self) {
+        let mut conn = connect_postgres(&self.server_uri).await;
+        if let Err(e) = sqlx::query(&format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name))
+            .execute(&mut conn)
+            .await
+        {
+            eprintln!("dropping test database {}: {e}", self.name);
+        }
+    }
 }
 
 /// Renders every row of `batches` as strings (NULL as "NULL").

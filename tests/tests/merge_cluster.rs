@@ -65,3 +65,66 @@ async fn merge_over_eight_files_runs_on_two_executors_with_several_writer_tasks(
         vec![vec!["403", "14"]]
     );
 }
+
+/// Every data file under the table's data directory.
+fn data_files(dir: &std::path::Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.insert(format!("file://{}", path.display()));
+            }
+        }
+    }
+    out
+}
+
+/// A cluster MERGE whose writer stage fails in one task (a duplicate match)
+/// while the other writer tasks are still rewriting large files: once the
+/// statement has failed, the warehouse holds exactly the table's files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_cluster_merge_leaves_no_files_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    session
+        .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT)")
+        .await
+        .unwrap();
+    for f in 0..8 {
+        let sql = format!(
+            "INSERT INTO db.t SELECT {f} * 100000 + value, 0 FROM generate_series(0, 59999)"
+        );
+        session.execute(&sql).await.unwrap();
+    }
+    let data = dir.path().join("db").join("t").join("data");
+    let live = |rows: Vec<Vec<String>>| rows.into_iter().map(|r| r[0].clone()).collect();
+    let files: BTreeSet<String> =
+        live(query(&session, "SELECT file_path FROM db.\"t$files\"").await);
+    assert_eq!(data_files(&data), files);
+    for attempt in 0..5 {
+        // One row of every file is updated; id 7 is matched twice.
+        let err = session
+            .execute_one(
+                "MERGE INTO db.t USING (SELECT value * 100000 + 7 AS id FROM generate_series(0, 7)
+                                       UNION ALL SELECT 7) AS s
+                 ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 1",
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("more than one source row"), "{err}");
+        assert_eq!(
+            data_files(&data),
+            files,
+            "attempt {attempt}: files left by the failed MERGE"
+        );
+    }
+    assert_eq!(
+        query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+        vec![vec!["480000", "0"]]
+    );
+}

@@ -1,7 +1,9 @@
 //! Property test of MERGE INTO against a reference model.
 //!
-//! Each case builds a random target table (0–3 INSERTs, so 0–3 data files,
-//! unique non-NULL ids), a random source (0–6 rows given as VALUES, NULL ids
+//! Each case builds a random target table (0–3 INSERTs, so 0–3 data files
+//! or more when partitioned; unpartitioned or partitioned by bucket, identity
+//! or truncate, so that updates move rows between partitions; unique non-NULL
+//! ids), a random source (0–6 rows given as VALUES, NULL ids
 //! allowed, duplicate ids likely) and a random list of 1–4 WHEN clauses, runs
 //! the MERGE through icemerge and compares the table afterwards and the
 //! counts of the result row with a plain Rust model of MERGE semantics:
@@ -125,7 +127,18 @@ struct Case {
     /// empty (`WHERE 1 = 0`) rather than one it cannot (`WHERE random() < 0`).
     foldable_empty_source: bool,
     clauses: Vec<Clause>,
+    /// The target's `PARTITIONED BY` clause (empty: unpartitioned).
+    partitioning: &'static str,
 }
+
+/// Target layouts: unpartitioned, and partitioned so that updates of `v` or
+/// `s` move rows between partitions (NULL partition values included).
+const PARTITIONINGS: [&str; 4] = [
+    "",
+    " PARTITIONED BY (bucket(2, id))",
+    " PARTITIONED BY (s)",
+    " PARTITIONED BY (truncate(1, s), bucket(3, v))",
+];
 
 // ---------------------------------------------------------------------------
 // Strategies
@@ -215,13 +228,17 @@ fn case() -> impl Strategy<Value = Case> {
         source(),
         any::<bool>(),
         prop::collection::vec(clause(), 1..=4),
+        prop::sample::select(PARTITIONINGS.to_vec()),
     )
-        .prop_map(|(inserts, source, foldable_empty_source, clauses)| Case {
-            inserts,
-            source,
-            foldable_empty_source,
-            clauses,
-        })
+        .prop_map(
+            |(inserts, source, foldable_empty_source, clauses, partitioning)| Case {
+                inserts,
+                source,
+                foldable_empty_source,
+                clauses,
+                partitioning,
+            },
+        )
 }
 
 // ---------------------------------------------------------------------------
@@ -568,8 +585,11 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
         log: vec![],
     };
     r.run("CREATE SCHEMA db").await?;
-    r.run("CREATE TABLE db.t (id BIGINT, v INT, s STRING)")
-        .await?;
+    r.run(&format!(
+        "CREATE TABLE db.t (id BIGINT, v INT, s STRING){}",
+        case.partitioning
+    ))
+    .await?;
     for rows in &case.inserts {
         r.run(&format!("INSERT INTO db.t VALUES {}", sql_values(rows)))
             .await?;

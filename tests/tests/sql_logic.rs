@@ -1,12 +1,15 @@
 //! Runs every sqllogictest file in `tests/slt/` on both engines (local and an
-//! in-process cluster of 2 executors), each file on a fresh warehouse.
+//! in-process cluster of 2 executors), each file on a fresh warehouse: once
+//! with the default SQLite catalog and once with a Postgres catalog (a fresh
+//! database per file on the server of `$ICEMERGE_TEST_POSTGRES_URI`; skipped,
+//! saying so, when that is unset — `./test.sh` always sets it).
 //! `$DATA_DIR` in a file is `tests/data/`; `$WAREHOUSE` the file's warehouse.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use icemerge_scheduler::EngineKind;
-use icemerge_tests::{open_session, SltSession};
+use icemerge_tests::{open_session_on, postgres_database, postgres_server, SltSession};
 
 fn slt_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("slt");
@@ -20,15 +23,34 @@ fn slt_files() -> Vec<PathBuf> {
     files
 }
 
-async fn run_all(engine: EngineKind) {
+/// Which catalog database the files run against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CatalogKind {
+    Sqlite,
+    Postgres,
+}
+
+async fn run_all(engine: EngineKind, catalog: CatalogKind) {
+    let test = format!("sql_logic_{engine:?}_{catalog:?}");
+    if catalog == CatalogKind::Postgres && postgres_server(&test).is_none() {
+        return;
+    }
     let data_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("data");
     let mut failures = vec![];
     for file in slt_files() {
         let warehouse = tempfile::tempdir().expect("tempdir");
-        let session = Arc::new(open_session(warehouse.path(), engine).await);
-        let mut runner = sqllogictest::Runner::new(move || {
+        let database = match catalog {
+            CatalogKind::Sqlite => None,
+            CatalogKind::Postgres => postgres_database(&test).await,
+        };
+        let uri = database.as_ref().map(|d| d.uri.as_str());
+        let session = Arc::new(open_session_on(warehouse.path(), uri, engine).await);
+        let mut runner = sqllogictest::Runner::new({
             let session = session.clone();
-            async move { Ok(SltSession(session)) }
+            move || {
+                let session = session.clone();
+                async move { Ok(SltSession(session)) }
+            }
         });
         runner.add_label(match engine {
             EngineKind::Local => "local",
@@ -37,7 +59,12 @@ async fn run_all(engine: EngineKind) {
         runner.set_var("DATA_DIR".into(), data_dir.display().to_string());
         runner.set_var("WAREHOUSE".into(), warehouse.path().display().to_string());
         if let Err(e) = runner.run_file_async(&file).await {
-            failures.push(format!("{} [{engine:?}]: {e}", file.display()));
+            failures.push(format!("{} [{engine:?}, {catalog:?}]: {e}", file.display()));
+        }
+        drop(runner);
+        drop(session);
+        if let Some(database) = database {
+            database.drop().await;
         }
     }
     assert!(
@@ -50,10 +77,20 @@ async fn run_all(engine: EngineKind) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sql_logic_local() {
-    run_all(EngineKind::Local).await;
+    run_all(EngineKind::Local, CatalogKind::Sqlite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sql_logic_cluster() {
-    run_all(EngineKind::Cluster).await;
+    run_all(EngineKind::Cluster, CatalogKind::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_logic_local_postgres() {
+    run_all(EngineKind::Local, CatalogKind::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sql_logic_cluster_postgres() {
+    run_all(EngineKind::Cluster, CatalogKind::Postgres).await;
 }

@@ -1,0 +1,56 @@
+//! Where the CLI's statements run: an embedded session (local DataFusion or
+//! the in-process cluster) or a remote `icemerge-scheduler` over Flight SQL.
+//! Ctrl-C during a statement on a cluster cancels it: the remote call is
+//! dropped (the scheduler then cancels the statement's job), or the
+//! in-process cluster's job is cancelled; either way the statement commits
+//! nothing and its written files are deleted. On the local engine Ctrl-C
+//! ends the process as usual.
+
+use datafusion::error::DataFusionError;
+use icemerge_scheduler::engine::CANCELLED;
+use icemerge_scheduler::{Session, StatementOutput};
+
+use crate::remote::RemoteSession;
+
+/// The engine behind the CLI.
+pub enum Backend {
+    Embedded(Session),
+    Remote(RemoteSession),
+}
+
+/// Whether `error` is a statement cancelled by Ctrl-C.
+pub fn is_cancelled(error: &dyn std::fmt::Display) -> bool {
+    error.to_string().contains(CANCELLED)
+}
+
+fn cancelled() -> DataFusionError {
+    DataFusionError::Execution(format!("{CANCELLED} (Ctrl-C)"))
+}
+
+impl Backend {
+    /// Runs one statement.
+    pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput, DataFusionError> {
+        match self {
+            Backend::Embedded(session) if session.cluster().is_some() => {
+                let run = session.execute_one(sql);
+                tokio::pin!(run);
+                tokio::select! {
+                    result = &mut run => result,
+                    _ = tokio::signal::ctrl_c() => {
+                        eprintln!("cancelling...");
+                        // Let the statement finish failing (and clean up).
+                        let (result, _) = tokio::join!(run, session.cancel());
+                        result.and(Err(cancelled()))
+                    }
+                }
+            }
+            Backend::Embedded(session) => session.execute_one(sql).await,
+            Backend::Remote(remote) => {
+                tokio::select! {
+                    result = remote.execute_one(sql) => result,
+                    _ = tokio::signal::ctrl_c() => Err(cancelled()),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,123 @@
+//! The `icemerge-scheduler` command: the coordinator of an icemerge cluster.
+//! Runs the Ballista scheduler service (executors connect to it) and the
+//! Flight SQL server (clients send statements to it); MERGE planning and
+//! commits happen here. Prints one line with both addresses once listening.
+
+use std::net::IpAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use icemerge_scheduler::scheduler_process::{start, SchedulerProcessOptions};
+
+#[path = "../catalog_args.rs"]
+mod catalog_args;
+use catalog_args::CatalogArgs;
+
+/// Runs the icemerge scheduler: the Ballista scheduler for executors and a
+/// Flight SQL server for clients (`icemerge --scheduler HOST:FLIGHT_SQL_PORT`).
+///
+/// The Ballista port must only be reachable by executors (it has no auth).
+/// Without --token both ports bind to loopback unless --insecure-no-auth.
+#[derive(Debug, Parser)]
+#[command(name = "icemerge-scheduler", version)]
+struct Args {
+    /// Address both ports bind to (e.g. 0.0.0.0 for every interface).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        env = "ICEMERGE_BIND_HOST",
+        default_value = "127.0.0.1"
+    )]
+    bind_host: IpAddr,
+
+    /// Ballista scheduler port (gRPC for executors + REST API); keep it private.
+    #[arg(
+        long,
+        value_name = "PORT",
+        env = "ICEMERGE_SCHEDULER_PORT",
+        default_value_t = 50050
+    )]
+    port: u16,
+
+    /// Flight SQL port for clients.
+    #[arg(
+        long,
+        value_name = "PORT",
+        env = "ICEMERGE_FLIGHT_SQL_PORT",
+        default_value_t = 50060
+    )]
+    flight_sql_port: u16,
+
+    #[command(flatten)]
+    catalog: CatalogArgs,
+
+    /// Bearer token Flight SQL clients must send (`authorization: Bearer <token>`).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "ICEMERGE_TOKEN",
+        hide_env_values = true
+    )]
+    token: Option<String>,
+
+    /// Accept a non-loopback --bind-host without --token.
+    #[arg(long)]
+    insecure_no_auth: bool,
+
+    /// Partitions per stage [default: twice the cores, at least 4].
+    #[arg(long, value_name = "N", env = "ICEMERGE_TARGET_PARTITIONS")]
+    target_partitions: Option<usize>,
+
+    /// Executors poll for tasks instead of the scheduler pushing them (start
+    /// the executors with --pull too). Running tasks cannot be cancelled.
+    #[arg(long)]
+    pull: bool,
+
+    /// Seconds without a heartbeat after which an executor is declared lost
+    /// and its tasks are run on the others (executors beat every 5 s).
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    executor_timeout: u64,
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ICEMERGE_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let options = SchedulerProcessOptions {
+        bind_host: args.bind_host,
+        ballista_port: args.port,
+        flight_sql_port: args.flight_sql_port,
+        catalog: args.catalog.options(),
+        token: args.token.filter(|t| !t.is_empty()),
+        insecure_no_auth: args.insecure_no_auth,
+        target_partitions: args.target_partitions,
+        push_scheduling: !args.pull,
+        executor_timeout_seconds: args.executor_timeout,
+    };
+    let running = match start(options).await {
+        Ok(running) => running,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!(
+        "icemerge-scheduler: ballista {} flight-sql {}",
+        running.ballista_addr, running.flight_sql_addr
+    );
+    tokio::select! {
+        result = running.wait() => {
+            if let Err(e) = result {
+                eprintln!("error: {e}");
+            }
+            ExitCode::FAILURE
+        }
+        _ = tokio::signal::ctrl_c() => ExitCode::SUCCESS,
+    }
+}

@@ -1,0 +1,169 @@
+//! The client side of `icemerge --scheduler HOST:PORT`: sends each statement
+//! to a running `icemerge-scheduler`'s Flight SQL port (a
+//! `CommandStatementQuery`) and turns the answer back into the same
+//! [`StatementOutput`] the embedded engine produces, so every output format
+//! prints identically. With a token, every call carries
+//! `authorization: Bearer <token>`. While a statement runs, per-stage
+//! progress bars are drawn when enabled (see `progress`).
+
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
+use arrow_flight::FlightDescriptor;
+use datafusion::error::DataFusionError;
+use futures::TryStreamExt;
+use icemerge_scheduler::StatementOutput;
+use prost::Message;
+use std::sync::Arc;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+/// Adds the bearer token to every call.
+#[derive(Clone)]
+pub struct BearerToken(Option<MetadataValue<tonic::metadata::Ascii>>);
+
+impl tonic::service::Interceptor for BearerToken {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A connection to an icemerge scheduler's Flight SQL port.
+pub struct RemoteSession {
+    address: String,
+    client: FlightServiceClient<InterceptedService<Channel, BearerToken>>,
+    /// Draw per-stage progress bars while a statement runs.
+    pub progress: bool,
+}
+
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+impl RemoteSession {
+    /// Connects to `address` (`HOST:PORT` or `http://HOST:PORT`).
+    pub async fn connect(address: &str, token: Option<&str>) -> Result<Self, DataFusionError> {
+        let url = if address.contains("://") {
+            address.to_string()
+        } else {
+            format!("http://{address}")
+        };
+        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
+            DataFusionError::Configuration(format!("--scheduler: invalid address '{address}': {e}"))
+        })?;
+        let channel = endpoint.connect().await.map_err(|e| {
+            DataFusionError::Execution(format!(
+                "cannot connect to the icemerge scheduler at {address}: {e}{}",
+                source_text(&e)
+            ))
+        })?;
+        let header = match token {
+            Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
+                DataFusionError::Configuration(
+                    "--token: the token must be printable ASCII".to_string(),
+                )
+            })?),
+            None => None,
+        };
+        let client = FlightServiceClient::with_interceptor(channel, BearerToken(header))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        Ok(Self {
+            address: address.to_string(),
+            client,
+            progress: false,
+        })
+    }
+
+    /// Runs one statement on the scheduler and fetches its output.
+    pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput, DataFusionError> {
+        let mut client = self.client.clone();
+        let command = CommandStatementQuery {
+            query: sql.to_string(),
+            transaction_id: None,
+        };
+        let descriptor = FlightDescriptor::new_cmd(command.as_any().encode_to_vec());
+        let bars = self
+            .progress
+            .then(|| crate::progress::ProgressBars::start(self.client.clone()));
+        let info = client
+            .get_flight_info(descriptor)
+            .await
+            .map_err(|s| self.status_error(s))?
+            .into_inner();
+        drop(bars);
+        if info.endpoint.is_empty() {
+            return Ok(StatementOutput::Done {
+                message: String::from_utf8_lossy(&info.app_metadata).to_string(),
+            });
+        }
+        let schema = Arc::new(
+            info.clone()
+                .try_decode_schema()
+                .map_err(|e| DataFusionError::Execution(format!("invalid result schema: {e}")))?,
+        );
+        let mut batches = vec![];
+        for endpoint in info.endpoint {
+            let ticket = endpoint.ticket.ok_or_else(|| {
+                DataFusionError::Execution("the scheduler sent an endpoint without a ticket".into())
+            })?;
+            let stream = client
+                .do_get(ticket)
+                .await
+                .map_err(|s| self.status_error(s))?
+                .into_inner()
+                .map_err(|s| FlightError::Tonic(Box::new(s)));
+            let mut decoded = FlightRecordBatchStream::new_from_flight_data(stream);
+            while let Some(batch) = decoded.try_next().await.map_err(|e| match e {
+                FlightError::Tonic(status) => self.status_error(*status),
+                other => DataFusionError::Execution(format!("cannot read the result: {other}")),
+            })? {
+                batches.push(batch);
+            }
+        }
+        Ok(StatementOutput::Rows {
+            schema: if batches.is_empty() {
+                schema
+            } else {
+                batches[0].schema()
+            },
+            batches,
+        })
+    }
+
+    /// A failed call as the error the CLI prints.
+    fn status_error(&self, status: Status) -> DataFusionError {
+        let message = status.message().to_string();
+        match status.code() {
+            tonic::Code::Unauthenticated => DataFusionError::Execution(format!(
+                "the scheduler at {} refused the call (Unauthenticated): {message}",
+                self.address
+            )),
+            tonic::Code::Unavailable => DataFusionError::Execution(format!(
+                "cannot reach the icemerge scheduler at {}: {message}",
+                self.address
+            )),
+            _ if message.is_empty() => {
+                DataFusionError::Execution(format!("the scheduler failed: {status}"))
+            }
+            _ => DataFusionError::Execution(message),
+        }
+    }
+}
+
+fn source_text(e: &dyn std::error::Error) -> String {
+    let mut text = String::new();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,120 @@
+//! The `icemerge-executor` process: a Ballista executor with icemerge's
+//! physical codec, so it can run the stages of plans shipped by the
+//! `icemerge-scheduler` coordinator (scans, MERGE writers, shuffles).
+//! It serves Arrow Flight (shuffle data, results) on `port` and, in push
+//! mode, a gRPC service on `grpc_port` through which the scheduler launches
+//! and cancels tasks.
+//!
+//! Ballista's executor decodes a stage's plan once for all the tasks of that
+//! stage it is pushed at once, so their operators would share one metrics
+//! set and every task would report the running total of its siblings;
+//! [`FreshPlanEngine`] gives each task its own copy of the plan, so each
+//! reports only its own figures (as with pull scheduling).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use ballista_core::config::TaskSchedulingPolicy;
+use ballista_core::error::BallistaError;
+use ballista_executor::execution_engine::{
+    DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
+};
+use ballista_executor::executor_process::{start_executor_process, ExecutorProcessConfig};
+use datafusion::error::Result;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_proto::physical_plan::AsExecutionPlan;
+use datafusion_proto::protobuf::PhysicalPlanNode;
+
+use crate::codec::IcemergePhysicalCodec;
+
+/// Largest gRPC message an executor accepts or sends.
+const MAX_MESSAGE: u32 = 256 * 1024 * 1024;
+
+/// How an executor process is started.
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// Address the executor's services bind to.
+    pub bind_host: String,
+    /// Host name or address the scheduler and other executors reach this
+    /// executor at (default: the address the scheduler sees it connect from).
+    pub external_host: Option<String>,
+    /// Arrow Flight port (shuffle reads, results).
+    pub port: u16,
+    /// gRPC port the scheduler pushes tasks to (push scheduling).
+    pub grpc_port: u16,
+    pub scheduler_host: String,
+    pub scheduler_port: u16,
+    /// Tasks run at once (0: available cores).
+    pub task_slots: usize,
+    /// Shuffle files (default: a temporary directory).
+    pub work_dir: Option<PathBuf>,
+    /// Push scheduling (the scheduler launches and cancels tasks) or pull
+    /// (the executor polls). Must match the scheduler's policy.
+    pub push_scheduling: bool,
+}
+
+/// Runs the executor until it stops (an error or a shutdown signal).
+pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
+    if let Some(dir) = &options.work_dir {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            BallistaError::Configuration(format!(
+                "cannot create the work directory '{}': {e}",
+                dir.display()
+            ))
+        })?;
+    }
+    let config = ExecutorProcessConfig {
+        bind_host: options.bind_host,
+        external_host: options.external_host,
+        port: options.port,
+        grpc_port: options.grpc_port,
+        scheduler_host: options.scheduler_host,
+        scheduler_port: options.scheduler_port,
+        scheduler_connect_timeout_seconds: 30,
+        concurrent_tasks: options.task_slots,
+        task_scheduling_policy: if options.push_scheduling {
+            TaskSchedulingPolicy::PushStaged
+        } else {
+            TaskSchedulingPolicy::PullStaged
+        },
+        work_dir: options.work_dir.map(|d| d.to_string_lossy().to_string()),
+        grpc_max_decoding_message_size: MAX_MESSAGE,
+        grpc_max_encoding_message_size: MAX_MESSAGE,
+        executor_heartbeat_interval_seconds: 5,
+        override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::default())),
+        override_execution_engine: Some(Arc::new(FreshPlanEngine::default())),
+        ..Default::default()
+    };
+    start_executor_process(Arc::new(config)).await
+}
+
+/// Ballista's execution engine, run on a private copy of the stage plan
+/// (a round trip through icemerge's physical codec) for every task.
+#[derive(Default)]
+pub struct FreshPlanEngine {
+    inner: DefaultExecutionEngine,
+    codec: IcemergePhysicalCodec,
+}
+
+impl ExecutionEngine for FreshPlanEngine {
+    fn create_query_stage_exec(
+        &self,
+        job_id: String,
+        stage_id: usize,
+        partition_id: usize,
+        plan: Arc<dyn ExecutionPlan>,
+        work_dir: &str,
+        config: &SessionConfig,
+    ) -> Result<Arc<dyn QueryStageExecutor>> {
+        let node = PhysicalPlanNode::try_from_physical_plan(plan, &self.codec)?;
+        let state = SessionStateBuilder::new()
+            .with_config(config.clone())
+            .with_default_features()
+            .build();
+        let fresh = node.try_into_physical_plan(&state.task_ctx(), &self.codec)?;
+        self.inner
+            .create_query_stage_exec(job_id, stage_id, partition_id, fresh, work_dir, config)
+    }
+}

@@ -1,0 +1,209 @@
+//! Dynamic pruning of a MERGE's target scan (stage A) by its source's keys.
+//!
+//! Before the target scan is planned, the source side of the classification
+//! plan (the same logical subtree the join will read, with the same pinned
+//! tables) is probed: its row count and, per ON key `t.col = <source
+//! expression>`, the min and max of the expression and, when there are at
+//! most [`DISTINCT_LIMIT`] of them, its distinct values. They become a
+//! predicate on the target's key columns that iceberg's planner prunes data
+//! files with (partition values and column bounds); rows are never filtered
+//! by it. The row count bounds the rows the merge can insert.
+//!
+//! Skipped when a `WHEN NOT MATCHED BY SOURCE` clause needs every target row
+//! (no probe then) and when the source is not deterministic (a second read
+//! could see other keys).
+
+use arrow::datatypes::{DataType, Schema};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::ScalarValue;
+use datafusion::dataframe::DataFrame;
+use datafusion::error::Result;
+use datafusion::functions_aggregate::expr_fn::{count, max, min};
+use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::prelude::{col, lit, SessionContext};
+use iceberg::expr::Predicate;
+use icemerge_planner::source_keys::SourceKeyProbe;
+
+use crate::filter_pushdown::to_iceberg_predicate;
+
+/// At most this many distinct source values of a key are listed one by one;
+/// beyond it the key prunes by its min / max range.
+pub const DISTINCT_LIMIT: usize = 64;
+
+/// What the probe learned about the source.
+#[derive(Debug, Clone)]
+pub struct SourceKeys {
+    /// Rows of the source (an upper bound of the rows the merge inserts).
+    pub rows: u64,
+    /// Predicate on the target's columns that every matching target row
+    /// satisfies; `None` when no key could be used.
+    pub predicate: Option<Predicate>,
+}
+
+/// Runs `probe` over `source` (the source side of the merge's join).
+/// `None` when the source is not deterministic.
+pub async fn probe_source_keys(
+    ctx: &SessionContext,
+    source: LogicalPlan,
+    probe: &SourceKeyProbe,
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
+    if is_volatile(&source)? {
+        return Ok(None);
+    }
+    let frame = DataFrame::new(ctx.state(), source);
+    let keys = probe
+        .expressions
+        .iter()
+        .map(|e| frame.parse_sql_expr(e))
+        .collect::<Result<Vec<_>>>()?;
+    let mut aggregates = vec![count(lit(1)).alias("__rows")];
+    for (i, key) in keys.iter().enumerate() {
+        aggregates.push(min(key.clone()).alias(format!("__min_{i}")));
+        aggregates.push(max(key.clone()).alias(format!("__max_{i}")));
+    }
+    let ranges = frame
+        .clone()
+        .aggregate(vec![], aggregates)?
+        .collect()
+        .await?;
+    let Some(ranges) = ranges.iter().find(|b| b.num_rows() > 0) else {
+        return Ok(None);
+    };
+    let rows = match ScalarValue::try_from_array(ranges.column(0), 0)? {
+        ScalarValue::Int64(Some(n)) => n.max(0) as u64,
+        _ => 0,
+    };
+    let mut conjuncts = vec![];
+    for (i, (column, key)) in probe.columns.iter().zip(&keys).enumerate() {
+        let low = ScalarValue::try_from_array(ranges.column(1 + 2 * i), 0)?;
+        let high = ScalarValue::try_from_array(ranges.column(2 + 2 * i), 0)?;
+        if low.is_null() {
+            // Every source key is NULL: no target row can match.
+            return Ok(Some(SourceKeys {
+                rows,
+                predicate: Some(Predicate::AlwaysFalse),
+            }));
+        }
+        let target_type = target.field_with_name(column)?.data_type();
+        let (Some(low), Some(high)) = (
+            as_target_value(low, target_type),
+            as_target_value(high, target_type),
+        ) else {
+            continue;
+        };
+        let values = if low == high {
+            vec![low.clone()]
+        } else {
+            distinct_values(&frame, key.clone(), target_type).await?
+        };
+        let column = col(datafusion::common::Column::from_name(column));
+        conjuncts.push(if !values.is_empty() && values.len() <= DISTINCT_LIMIT {
+            values
+                .into_iter()
+                .map(|v| column.clone().eq(lit(v)))
+                .reduce(Expr::or)
+                .expect("at least one value")
+        } else {
+            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
+        });
+    }
+    Ok(Some(SourceKeys {
+        rows,
+        predicate: to_iceberg_predicate(&conjuncts),
+    }))
+}
+
+/// Up to `DISTINCT_LIMIT + 1` distinct non-NULL values of `key` as target
+/// values, ascending; empty when one of them does not convert.
+async fn distinct_values(
+    frame: &DataFrame,
+    key: Expr,
+    target_type: &DataType,
+) -> Result<Vec<ScalarValue>> {
+    let batches = frame
+        .clone()
+        .filter(key.clone().is_not_null())?
+        .select(vec![key.alias("__key")])?
+        .distinct()?
+        .limit(0, Some(DISTINCT_LIMIT + 1))?
+        .collect()
+        .await?;
+    let mut values = vec![];
+    for batch in &batches {
+        for row in 0..batch.num_rows() {
+            let value = ScalarValue::try_from_array(batch.column(0), row)?;
+            match as_target_value(value, target_type) {
+                Some(v) => values.push(v),
+                None => return Ok(vec![]),
+            }
+        }
+    }
+    // In order, so that the predicate reads the same on every run.
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    Ok(values)
+}
+
+/// A source key value as a value of the target column's type, when the two
+/// types compare the same way (same type, integers, strings); `None`
+/// otherwise or when it does not fit.
+fn as_target_value(value: ScalarValue, target: &DataType) -> Option<ScalarValue> {
+    let from = value.data_type();
+    let comparable = &from == target
+        || (from.is_integer() && target.is_integer())
+        || (is_string(&from) && is_string(target));
+    if !comparable {
+        return None;
+    }
+    value.cast_to(target).ok().filter(|v| !v.is_null())
+}
+
+fn is_string(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View)
+}
+
+/// Whether any expression of `plan` is volatile (e.g. `random()`).
+fn is_volatile(plan: &LogicalPlan) -> Result<bool> {
+    let mut volatile = false;
+    plan.apply(|node| {
+        node.apply_expressions(|e| {
+            volatile |= e.is_volatile();
+            Ok(if volatile {
+                TreeNodeRecursion::Stop
+            } else {
+                TreeNodeRecursion::Continue
+            })
+        })?;
+        Ok(if volatile {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(volatile)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_convert_only_between_comparable_types() {
+        assert_eq!(
+            as_target_value(ScalarValue::Int32(Some(7)), &DataType::Int64),
+            Some(ScalarValue::Int64(Some(7)))
+        );
+        assert_eq!(
+            as_target_value(ScalarValue::Int64(Some(i64::MAX)), &DataType::Int32),
+            None
+        );
+        assert_eq!(
+            as_target_value(ScalarValue::Float64(Some(1.5)), &DataType::Int64),
+            None
+        );
+        assert_eq!(
+            as_target_value(ScalarValue::Utf8(Some("a".into())), &DataType::Utf8),
+            Some(ScalarValue::Utf8(Some("a".into())))
+        );
+    }
+}

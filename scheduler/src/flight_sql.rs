@@ -1,0 +1,493 @@
+//! The Flight SQL front door of the `icemerge-scheduler` process: clients
+//! (the `icemerge --scheduler` CLI, ADBC / JDBC Flight SQL drivers) send SQL
+//! statements; each runs on the coordinator's [`Session`] (planning, Ballista
+//! jobs, commit) and its output goes back as Arrow record batches.
+//!
+//! Protocol mapping:
+//! - `GetFlightInfo(CommandStatementQuery)` runs the statement; rows come back
+//!   through `DoGet` on the returned ticket (once; a result not fetched within
+//!   [`RESULT_TTL`] is dropped). INSERT and MERGE sent as a query return their
+//!   count row (MERGE: its metrics row), EXPLAIN its text, exactly as the
+//!   embedded CLI prints them. DDL returns no endpoint and an empty schema;
+//!   its message is the FlightInfo's `app_metadata` (UTF-8).
+//! - `DoPut(CommandStatementUpdate)` runs the statement and returns the update
+//!   count: the `count` column of INSERT / MERGE, 0 for DDL, and the number
+//!   of rows for any statement that returns rows.
+//! - `GetSqlInfo` reports the server name and version.
+//! - Action `icemerge.progress` returns JSON `{"job": id|null, "stages":
+//!   [{"stage", "status", "done", "total"}]}` for the statement running now
+//!   (the CLI's progress bars).
+//!
+//! Auth: with a token configured, an interceptor refuses every call whose
+//! `authorization` header is not `Bearer <token>` with `Unauthenticated`
+//! before any handler (and so any statement) runs.
+//!
+//! Statements run one at a time: the coordinator has one session. A client
+//! that cancels its call (drops the request) cancels the statement's
+//! Ballista job; the statement then commits nothing.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, UInt64Array};
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightServiceServer;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    CommandGetSqlInfo, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    Ticket,
+};
+use datafusion::error::DataFusionError;
+use futures::{Stream, TryStreamExt};
+use prost::Message;
+use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::scheduler_process::JobProgress;
+use crate::session::{Session, StatementOutput};
+
+/// How long an unfetched query result is kept.
+pub const RESULT_TTL: Duration = Duration::from_secs(600);
+
+/// Largest Flight message sent or accepted.
+const MAX_MESSAGE: usize = 256 * 1024 * 1024;
+
+/// The Flight SQL port's authentication.
+#[derive(Debug, Clone, Default)]
+pub struct Auth {
+    /// The bearer token every call must carry; `None`: no check.
+    pub token: Option<String>,
+}
+
+impl Auth {
+    /// Lets a request through only with `authorization: Bearer <token>`.
+    #[allow(clippy::result_large_err)]
+    pub fn check(&self, request: Request<()>) -> Result<Request<()>, Status> {
+        let Some(token) = &self.token else {
+            return Ok(request);
+        };
+        let given = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match given {
+            Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(request),
+            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
+            None => Err(Status::unauthenticated(
+                "this icemerge scheduler requires 'authorization: Bearer <token>'",
+            )),
+        }
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Serves Flight SQL on `listener` until an error.
+pub async fn serve_flight_sql(
+    listener: TcpListener,
+    session: Arc<Session>,
+    auth: Auth,
+    progress: Option<JobProgress>,
+) -> Result<(), tonic::transport::Error> {
+    let mut service = IcemergeFlightSql::new(session);
+    service.progress = progress;
+    let service = FlightServiceServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let service = InterceptedService::new(service, move |request| auth.check(request));
+    tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .await
+}
+
+struct StoredResult {
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    created: Instant,
+}
+
+/// The Flight SQL service over the coordinator's session.
+pub struct IcemergeFlightSql {
+    session: Arc<Session>,
+    /// Serializes statements on the one session.
+    running: Arc<tokio::sync::Mutex<()>>,
+    results: Mutex<HashMap<String, StoredResult>>,
+    progress: Option<JobProgress>,
+}
+
+/// The name of the progress action.
+pub const PROGRESS_ACTION: &str = "icemerge.progress";
+
+/// One stage of the running job.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StageProgress {
+    pub stage: usize,
+    /// Ballista's stage state: Unresolved, Resolved, Running, Successful, Failed.
+    pub status: String,
+    /// Tasks finished.
+    pub done: usize,
+    /// Tasks of the stage (None until it runs).
+    pub total: Option<usize>,
+}
+
+/// The answer of the progress action.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+pub struct JobProgressReport {
+    pub job: Option<String>,
+    pub stages: Vec<StageProgress>,
+}
+
+impl IcemergeFlightSql {
+    pub fn new(session: Arc<Session>) -> Self {
+        Self {
+            session,
+            running: Arc::new(tokio::sync::Mutex::new(())),
+            results: Mutex::new(HashMap::new()),
+            progress: None,
+        }
+    }
+
+    /// Runs a statement to completion in its own task. If the caller goes
+    /// away first (the client cancelled the call, e.g. Ctrl-C in the CLI),
+    /// the statement's job is cancelled: it then fails, commits nothing and
+    /// deletes the files it wrote.
+    async fn run(&self, sql: &str) -> Result<StatementOutput, Status> {
+        let turn = self.running.clone().lock_owned().await;
+        tracing::info!(statement = %sql, "running");
+        let session = self.session.clone();
+        let sql = sql.to_string();
+        let statement = tokio::spawn(async move {
+            let _turn = turn;
+            session.execute_one(&sql).await
+        });
+        let mut guard = CancelOnDrop {
+            session: Some(self.session.clone()),
+        };
+        let result = statement.await;
+        guard.session = None;
+        match result {
+            Ok(output) => output.map_err(statement_error),
+            Err(e) => Err(Status::internal(format!("the statement panicked: {e}"))),
+        }
+    }
+
+    fn store(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> String {
+        let handle = uuid::Uuid::new_v4().to_string();
+        let mut results = self.results.lock().expect("results lock");
+        results.retain(|_, r| r.created.elapsed() < RESULT_TTL);
+        results.insert(
+            handle.clone(),
+            StoredResult {
+                schema,
+                batches,
+                created: Instant::now(),
+            },
+        );
+        handle
+    }
+}
+
+/// Cancels the session's running statement when dropped while armed.
+struct CancelOnDrop {
+    session: Option<Arc<Session>>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(session) = self.session.take() {
+            tracing::info!("client went away: cancelling its statement");
+            tokio::spawn(async move {
+                match session.cancel().await {
+                    Ok(Some(job)) => tracing::info!(job = %job, "cancelled"),
+                    Ok(None) => tracing::info!("no running job to cancel"),
+                    Err(e) => tracing::warn!("cancelling failed: {e}"),
+                }
+            });
+        }
+    }
+}
+
+/// A failed statement: the message is the error as the embedded CLI shows it.
+fn statement_error(e: DataFusionError) -> Status {
+    match &e {
+        DataFusionError::Plan(_)
+        | DataFusionError::SQL(..)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::NotImplemented(_)
+        | DataFusionError::Configuration(_) => Status::invalid_argument(e.to_string()),
+        _ => Status::internal(e.to_string()),
+    }
+}
+
+fn arrow_status(e: arrow::error::ArrowError) -> Status {
+    Status::internal(format!("cannot encode the result: {e}"))
+}
+
+fn sql_info() -> &'static SqlInfoData {
+    static INFO: OnceLock<SqlInfoData> = OnceLock::new();
+    INFO.get_or_init(|| {
+        let mut builder = SqlInfoDataBuilder::new();
+        builder.append(SqlInfo::FlightSqlServerName, "icemerge");
+        builder.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        builder.append(SqlInfo::FlightSqlServerArrowVersion, "58");
+        builder.append(SqlInfo::FlightSqlServerReadOnly, false);
+        builder.build().expect("static SqlInfo data")
+    })
+}
+
+type FlightStream =
+    Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send + 'static>>;
+
+fn encode(schema: SchemaRef, batches: Vec<RecordBatch>) -> FlightStream {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .map_err(Status::from);
+    Box::pin(stream)
+}
+
+/// The update count of a statement's output (see the module docs).
+fn update_count(output: &StatementOutput) -> i64 {
+    match output {
+        StatementOutput::Done { .. } => 0,
+        StatementOutput::Rows { schema, batches } => {
+            let counted = schema.fields().first().is_some_and(|f| f.name() == "count");
+            let first = batches.iter().find(|b| b.num_rows() > 0);
+            match (counted, first) {
+                (true, Some(batch)) => batch
+                    .column(0)
+                    .as_any()
+                    .downcast_ref::<UInt64Array>()
+                    .filter(|a| !a.is_null(0))
+                    .map(|a| a.value(0) as i64)
+                    .unwrap_or(0),
+                _ => output.row_count() as i64,
+            }
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for IcemergeFlightSql {
+    type FlightService = IcemergeFlightSql;
+
+    async fn do_handshake(
+        &self,
+        _request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        // Reaching here means the interceptor accepted the call (or no token
+        // is configured): there is no session token to hand out.
+        let response = HandshakeResponse {
+            protocol_version: 0,
+            payload: Default::default(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(
+            response,
+        )]))))
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let output = self.run(&query.query).await?;
+        let info = match output {
+            StatementOutput::Rows { schema, batches } => {
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let handle = self.store(schema.clone(), batches);
+                let ticket = TicketStatementQuery {
+                    statement_handle: handle.into_bytes().into(),
+                };
+                FlightInfo::new()
+                    .try_with_schema(&schema)
+                    .map_err(arrow_status)?
+                    .with_endpoint(
+                        FlightEndpoint::new()
+                            .with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+                    )
+                    .with_total_records(rows as i64)
+            }
+            StatementOutput::Done { message } => FlightInfo::new()
+                .try_with_schema(&Schema::empty())
+                .map_err(arrow_status)?
+                .with_total_records(0)
+                .with_app_metadata(message.into_bytes()),
+        };
+        Ok(Response::new(info.with_descriptor(request.into_inner())))
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        _request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let handle = String::from_utf8_lossy(&ticket.statement_handle).to_string();
+        let stored = self
+            .results
+            .lock()
+            .expect("results lock")
+            .remove(&handle)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "no result for ticket '{handle}': it was already fetched or has expired"
+                ))
+            })?;
+        Ok(Response::new(encode(stored.schema, stored.batches)))
+    }
+
+    async fn do_put_statement_update(
+        &self,
+        command: CommandStatementUpdate,
+        _request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let output = self.run(&command.query).await?;
+        Ok(update_count(&output))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder(sql_info()).schema();
+        let ticket = Ticket::new(query.as_any().encode_to_vec());
+        let info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(arrow_status)?
+            .with_endpoint(FlightEndpoint::new().with_ticket(ticket))
+            .with_descriptor(request.into_inner());
+        Ok(Response::new(info))
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        _request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let builder = query.into_builder(sql_info());
+        let schema = builder.schema();
+        let batch = builder
+            .build()
+            .map_err(|e| Status::internal(format!("SqlInfo: {e}")))?;
+        Ok(Response::new(encode(schema, vec![batch])))
+    }
+
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoActionStream>,
+        Status,
+    > {
+        if request.get_ref().r#type != PROGRESS_ACTION {
+            return Err(Status::invalid_argument(format!(
+                "unknown action '{}'",
+                request.get_ref().r#type
+            )));
+        }
+        let mut report = JobProgressReport {
+            job: self.session.running_job_id(),
+            stages: vec![],
+        };
+        if let (Some(job), Some(progress)) = (&report.job, &self.progress) {
+            // A job just submitted may not be visible yet: no stages then.
+            report.stages = progress.stages(job).await.unwrap_or_default();
+        }
+        let body =
+            serde_json::to_vec(&report).map_err(|e| Status::internal(format!("progress: {e}")))?;
+        let result = arrow_flight::Result { body: body.into() };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(result)]))))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+
+    fn request(header: Option<&str>) -> Request<()> {
+        let mut request = Request::new(());
+        if let Some(h) = header {
+            request
+                .metadata_mut()
+                .insert("authorization", h.parse().unwrap());
+        }
+        request
+    }
+
+    #[test]
+    fn auth_requires_the_exact_bearer_token() {
+        let auth = Auth {
+            token: Some("s3cret".into()),
+        };
+        let code = |h| auth.check(request(h)).map(|_| ()).map_err(|s| s.code());
+        assert_eq!(code(None), Err(tonic::Code::Unauthenticated));
+        assert_eq!(
+            code(Some("Bearer wrong")),
+            Err(tonic::Code::Unauthenticated)
+        );
+        assert_eq!(
+            code(Some("Bearer s3cret2")),
+            Err(tonic::Code::Unauthenticated)
+        );
+        assert_eq!(
+            code(Some("Basic s3cret")),
+            Err(tonic::Code::Unauthenticated)
+        );
+        assert_eq!(code(Some("Bearer s3cret")), Ok(()));
+        let open = Auth::default();
+        assert!(open.check(request(None)).is_ok());
+    }
+
+    #[test]
+    fn update_counts() {
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "count",
+            DataType::UInt64,
+            false,
+        )]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(UInt64Array::from(vec![7u64]))],
+        )
+        .unwrap();
+        let counted = StatementOutput::Rows {
+            schema,
+            batches: vec![batch],
+        };
+        assert_eq!(update_count(&counted), 7);
+        let done = StatementOutput::Done {
+            message: "CREATE TABLE".into(),
+        };
+        assert_eq!(update_count(&done), 0);
+    }
+}

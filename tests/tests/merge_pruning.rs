@@ -1,0 +1,226 @@
+//! Target pruning of MERGE on a table of 40 data files (ids 100·f .. 100·f+99
+//! in file f, region 'r' || f % 4), on both engines: the source's key values
+//! prune the target scan (distinct values, or a min/max range when there are
+//! many), ON conjuncts on the target alone prune it statically, NOT MATCHED
+//! BY SOURCE turns pruning off, an insert-only merge rewrites nothing and
+//! appends one file, and a file whose rows are all deleted is dropped unread.
+//! Figures are read from EXPLAIN ANALYZE MERGE and the merge's result row.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use icemerge_scheduler::{EngineKind, Session};
+use icemerge_tests::{open_session, query, ENGINES};
+
+const FILES: usize = 40;
+
+/// A fresh warehouse holding `db.t` in 40 data files, opened on `engine`.
+async fn forty_files(warehouse: &Path, engine: EngineKind) -> Session {
+    {
+        let setup = open_session(warehouse, EngineKind::Local).await;
+        setup
+            .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, region STRING, v BIGINT)")
+            .await
+            .unwrap();
+        for f in 0..FILES {
+            setup
+                .execute(&format!(
+                    "INSERT INTO db.t SELECT {f} * 100 + value, 'r{}', 0 FROM generate_series(0, 99)",
+                    f % 4
+                ))
+                .await
+                .unwrap();
+        }
+    }
+    let session = open_session(warehouse, engine).await;
+    assert_eq!(file_count(&session).await, FILES as u64);
+    session
+}
+
+/// Live data files of `db.t`.
+async fn file_count(session: &Session) -> u64 {
+    query(session, "SELECT count(*) FROM db.\"t$files\"").await[0][0]
+        .parse()
+        .unwrap()
+}
+
+/// Runs `EXPLAIN ANALYZE <merge>` and returns its text and the figures of
+/// its `Merge:` line.
+async fn analyze(session: &Session, merge: &str) -> (String, BTreeMap<String, u64>) {
+    let rows = query(session, &format!("EXPLAIN ANALYZE {merge}")).await;
+    let text: String = rows.iter().map(|r| r.join(" ") + "\n").collect();
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("Merge: "))
+        .unwrap_or_else(|| panic!("no Merge line in:\n{text}"));
+    let figures = line["Merge: ".len()..]
+        .split(", ")
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim_end_matches("ms").parse().unwrap()))
+        .collect();
+    (text, figures)
+}
+
+fn figure(figures: &BTreeMap<String, u64>, name: &str) -> u64 {
+    *figures
+        .get(name)
+        .unwrap_or_else(|| panic!("no {name} in {figures:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn source_keys_in_two_files_scan_and_rewrite_only_those() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        // Many distinct keys (100 ids over files 10 and 11): pruned by range.
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING (SELECT 1000 + 2 * value AS id FROM generate_series(0, 99)) AS s
+             ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 3",
+        )
+        .await;
+        assert_eq!(figure(&f, "files_scanned"), 2, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 100, "{engine:?}:\n{text}");
+        assert!(
+            text.contains("dynamic_pruning=(id >= 1000) AND (id <= 1198)"),
+            "{engine:?}:\n{text}"
+        );
+        // Few distinct keys: listed one by one, so the files between the two
+        // hit files are pruned too.
+        let files = file_count(&session).await;
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING (VALUES (705), (3150), (3160), (99999)) AS s(id) ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = 1
+             WHEN NOT MATCHED THEN INSERT (id, region, v) VALUES (s.id, 'new', 2)",
+        )
+        .await;
+        assert_eq!(figure(&f, "files_scanned"), 2, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_pruned"), files - 2, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_rewritten"), 2, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_removed"), 2, "{engine:?}:\n{text}");
+        assert_eq!(
+            (figure(&f, "updated"), figure(&f, "inserted")),
+            (3, 1),
+            "{engine:?}"
+        );
+        assert!(
+            text.contains(
+                "dynamic_pruning=(((id = 705) OR (id = 3150)) OR (id = 3160)) OR (id = 99999)"
+            ),
+            "{engine:?}: EXPLAIN ANALYZE shows the pruning predicate:\n{text}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["4001", "305"]],
+            "{engine:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn target_only_on_conjuncts_prune_and_not_matched_by_source_reads_everything() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        // One key in every file: the keys prune nothing, the region does
+        // (every file holds one region; 10 hold r1).
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING (SELECT value * 100 + 5 AS id FROM generate_series(0, 39)) AS s
+             ON t.id = s.id AND t.region = 'r1'
+             WHEN MATCHED THEN UPDATE SET v = 7",
+        )
+        .await;
+        assert_eq!(figure(&f, "files_scanned"), 10, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 10, "{engine:?}:\n{text}");
+        assert!(
+            text.contains("predicate=region = \"r1\""),
+            "{engine:?}:\n{text}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*) FROM db.t WHERE v = 7 AND region = 'r1'"
+            )
+            .await,
+            vec![vec!["10"]],
+            "{engine:?}"
+        );
+
+        // NOT MATCHED BY SOURCE needs every target row: nothing is pruned.
+        let files = file_count(&session).await;
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING (VALUES (705)) AS s(id) ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = 8
+             WHEN NOT MATCHED BY SOURCE AND t.id < 0 THEN DELETE",
+        )
+        .await;
+        assert_eq!(figure(&f, "files_scanned"), files, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_pruned"), 0, "{engine:?}:\n{text}");
+        assert!(!text.contains("dynamic_pruning"), "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_removed"), 1, "{engine:?}:\n{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        // Insert-only: the one matched key (705) is found in its file, which
+        // is not rewritten; the three new rows go to one new file even with
+        // four writers.
+        let rows = query(
+            &session,
+            "MERGE INTO db.t USING (VALUES (705), (5000), (5001), (5002)) AS s(id) ON t.id = s.id
+             WHEN NOT MATCHED THEN INSERT (id, region, v) VALUES (s.id, 'new', 1)",
+        )
+        .await;
+        // count, updated, deleted, inserted, copied, files_scanned,
+        // files_removed, files_added, bytes_read
+        assert_eq!(
+            &rows[0][..9],
+            &["3", "0", "0", "3", "0", "1", "0", "1", "0"],
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT operation FROM db.\"t$snapshots\" ORDER BY committed_at DESC LIMIT 1"
+            )
+            .await,
+            vec![vec!["append"]],
+            "{engine:?}"
+        );
+
+        // Delete-only: every row of file 12 (a range of 100 keys) goes; the
+        // file leaves the table without being read or replaced.
+        let rows = query(
+            &session,
+            "MERGE INTO db.t USING (SELECT 1200 + value AS id FROM generate_series(0, 99)) AS s
+             ON t.id = s.id WHEN MATCHED THEN DELETE",
+        )
+        .await;
+        assert_eq!(
+            &rows[0],
+            &["100", "0", "100", "0", "0", "1", "1", "0", "0", "0"],
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*) FROM db.t WHERE id BETWEEN 1200 AND 1299"
+            )
+            .await,
+            vec![vec!["0"]],
+            "{engine:?}"
+        );
+        assert_eq!(
+            file_count(&session).await,
+            FILES as u64,
+            "{engine:?}: one file added by the insert, one dropped by the delete"
+        );
+    }
+}

@@ -1,0 +1,325 @@
+//! An `s3://` warehouse on a real S3-compatible server: moto's server
+//! (PyPI `moto[server]`, installed into `.venv` by `./test.sh`), started by
+//! the test itself as a child process on a free loopback port and killed at
+//! the end. Tables are created, loaded, merged into and read back on both
+//! engines (the cluster on a Postgres catalog when `ICEMERGE_TEST_POSTGRES_URI`
+//! is set, as under `./test.sh`) with every data and metadata file in the
+//! bucket; a failed MERGE
+//! and DROP TABLE leave no objects behind; the cleanup of uncommitted files
+//! lists and deletes through S3.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::TryStreamExt;
+use icemerge_executor::cleanup::{delete_files_with_prefix, s3_operator};
+use icemerge_scheduler::{CatalogOptions, EngineKind, S3Options, Session, SessionOptions};
+use icemerge_tests::{postgres_database, python, query, ENGINES};
+
+/// moto's S3 server, killed when dropped.
+struct Moto {
+    child: Child,
+    endpoint: String,
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One plain HTTP request to moto; returns the status code.
+fn http(port: u16, method: &str, path: &str) -> std::io::Result<u16> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad HTTP response: {response:.200}")))
+}
+
+fn start_moto() -> Moto {
+    let port = free_port();
+    let child = Command::new(python())
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!(
+                "cannot start moto's S3 server (pip install 'moto[server]'; ./test.sh does): {e}"
+            )
+        });
+    let mut moto = Moto {
+        child,
+        endpoint: format!("http://127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    loop {
+        if let Ok(200) = http(port, "GET", "/") {
+            return moto;
+        }
+        if let Ok(Some(status)) = moto.child.try_wait() {
+            panic!(
+                "moto's S3 server exited at start ({status}): is moto[server] installed in {}?",
+                python().display()
+            );
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "moto's S3 server did not answer on port {port} within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Moto {
+    fn port(&self) -> u16 {
+        self.endpoint.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    fn create_bucket(&self, bucket: &str) {
+        assert_eq!(
+            http(self.port(), "PUT", &format!("/{bucket}")).unwrap(),
+            200
+        );
+    }
+
+    fn s3_options(&self) -> S3Options {
+        S3Options {
+            endpoint: Some(self.endpoint.clone()),
+            region: Some("us-east-1".into()),
+            access_key_id: Some("icemerge-test".into()),
+            secret_access_key: Some("icemerge-test-secret".into()),
+            session_token: None,
+            path_style_access: None,
+        }
+    }
+
+    /// Every object key under `location` (`s3://bucket/prefix`).
+    async fn objects(&self, location: &str) -> BTreeSet<String> {
+        let (operator, root) = s3_operator(location, &self.s3_options().file_io_props()).unwrap();
+        let entries = operator
+            .lister_with(&format!("{root}/"))
+            .recursive(true)
+            .await
+            .unwrap();
+        let entries: Vec<_> = entries.try_collect().await.unwrap();
+        entries
+            .into_iter()
+            .filter(|e| e.metadata().is_file())
+            .map(|e| e.path().to_string())
+            .collect()
+    }
+}
+
+fn sqlite_uri(dir: &std::path::Path) -> String {
+    format!("sqlite://{}/catalog.db?mode=rwc", dir.display())
+}
+
+async fn open(moto: &Moto, warehouse: &str, catalog_uri: &str, engine: EngineKind) -> Session {
+    Session::open(SessionOptions {
+        catalog: CatalogOptions {
+            warehouse: warehouse.into(),
+            catalog_uri: Some(catalog_uri.to_string()),
+            s3: moto.s3_options(),
+        },
+        engine,
+        executors: Some(2),
+        target_partitions: Some(4),
+    })
+    .await
+    .expect("open session on an s3:// warehouse")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn create_insert_merge_read_on_s3() {
+    let moto = start_moto();
+    moto.create_bucket("lake");
+    for engine in ENGINES {
+        let warehouse = format!("s3://lake/wh-{engine:?}").to_lowercase();
+        let catalog_dir = tempfile::tempdir().unwrap();
+        // The cluster runs as a cluster deployment would: on a Postgres
+        // catalog, when the test server is configured.
+        let database = match engine {
+            EngineKind::Cluster => postgres_database("s3_warehouse").await,
+            EngineKind::Local => None,
+        };
+        let catalog_uri = match &database {
+            Some(db) => db.uri.clone(),
+            None => sqlite_uri(catalog_dir.path()),
+        };
+        let session = open(&moto, &warehouse, &catalog_uri, engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db;
+                 CREATE TABLE db.people (id BIGINT NOT NULL, name VARCHAR, city VARCHAR)
+                   PARTITIONED BY (city);
+                 INSERT INTO db.people VALUES (1, 'ann', 'oslo'), (2, 'bob', 'rome'), (3, 'cy', 'oslo');",
+            )
+            .await
+            .unwrap();
+        let out = query(
+            &session,
+            "MERGE INTO db.people t
+             USING (VALUES (2, 'bobby', 'rome'), (3, NULL, 'oslo'), (4, 'dee', 'lima')) AS s(id, name, city)
+             ON t.id = s.id
+             WHEN MATCHED AND s.name IS NULL THEN DELETE
+             WHEN MATCHED THEN UPDATE SET name = s.name
+             WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.name, s.city)",
+        )
+        .await;
+        assert_eq!(out[0][..4], ["3", "1", "1", "1"], "{engine:?}: {out:?}");
+        assert_eq!(
+            query(&session, "SELECT id, name, city FROM db.people ORDER BY id").await,
+            vec![
+                vec!["1", "ann", "oslo"],
+                vec!["2", "bobby", "rome"],
+                vec!["4", "dee", "lima"],
+            ],
+            "{engine:?}"
+        );
+
+        // Every file the table references is an object in the bucket.
+        let table_location = format!("{warehouse}/db/people");
+        let objects = moto.objects(&table_location).await;
+        let files = query(&session, "SELECT file_path FROM db.\"people$files\"").await;
+        assert_eq!(files.len(), 3, "{files:?}");
+        for file in &files {
+            let key = file[0]
+                .strip_prefix("s3://lake/")
+                .unwrap_or_else(|| panic!("{engine:?}: data file outside the bucket: {}", file[0]));
+            assert!(
+                objects.contains(key),
+                "{engine:?}: {key} not in {objects:?}"
+            );
+        }
+        assert!(objects
+            .iter()
+            .any(|k| k.contains("/metadata/") && k.ends_with(".metadata.json")));
+
+        // A MERGE that fails (two source rows match one target row) leaves
+        // the table and the bucket as they were.
+        let before = moto.objects(&table_location).await;
+        let err = session
+            .execute_one(
+                "MERGE INTO db.people t
+                 USING (VALUES (1, 'x', 'oslo'), (1, 'y', 'oslo'), (9, 'new', 'oslo'), (8, 'new', 'rome')) AS s(id, name, city)
+                 ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET name = s.name
+                 WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.name, s.city)",
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.to_lowercase().contains("more than one"),
+            "{engine:?}: {err}"
+        );
+        // On the cluster too: the engine waits for the failed job's other
+        // tasks before the statement's files are removed.
+        let after = moto.objects(&table_location).await;
+        assert_eq!(after, before, "{engine:?}: objects left by a failed MERGE");
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.people").await,
+            vec![vec!["3"]]
+        );
+
+        // DROP TABLE purges its objects.
+        session.execute_one("DROP TABLE db.people").await.unwrap();
+        let left = moto.objects(&table_location).await;
+        assert_eq!(left, BTreeSet::new(), "{engine:?}");
+        drop(session);
+        if let Some(db) = database {
+            db.drop().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uncommitted_files_are_listed_and_deleted_on_s3() {
+    let moto = start_moto();
+    moto.create_bucket("scratch");
+    let catalog_dir = tempfile::tempdir().unwrap();
+    // Opening the catalog registers the warehouse's S3 settings for cleanup.
+    let _session = open(
+        &moto,
+        "s3://scratch/wh",
+        &sqlite_uri(catalog_dir.path()),
+        EngineKind::Local,
+    )
+    .await;
+    let props = moto.s3_options().file_io_props();
+    let (operator, _) = s3_operator("s3://scratch/wh", &props).unwrap();
+    for key in [
+        "wh/ns/t/data/w1-00000-0-a.parquet",
+        "wh/ns/t/data/city=oslo/w1-00001-0-b.parquet",
+        "wh/ns/t/data/w2-00000-0-c.parquet",
+        "wh/ns/t/metadata/w1-not-data.json",
+    ] {
+        operator.write(key, b"x".to_vec()).await.unwrap();
+    }
+    let deleted = delete_files_with_prefix("s3://scratch/wh/ns/t/data", "w1-");
+    assert_eq!(deleted, 2);
+    assert_eq!(
+        moto.objects("s3://scratch/wh/ns/t").await,
+        BTreeSet::from([
+            "wh/ns/t/data/w2-00000-0-c.parquet".to_string(),
+            "wh/ns/t/metadata/w1-not-data.json".to_string(),
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_bucket_is_named() {
+    let moto = start_moto();
+    let catalog_dir = tempfile::tempdir().unwrap();
+    let err = match Session::open(SessionOptions {
+        catalog: CatalogOptions {
+            warehouse: "s3://no-such-bucket/wh".into(),
+            catalog_uri: Some(sqlite_uri(catalog_dir.path())),
+            s3: moto.s3_options(),
+        },
+        ..Default::default()
+    })
+    .await
+    {
+        Ok(_) => panic!("opening a warehouse in a missing bucket should fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&format!(
+            "cannot write to warehouse 's3://no-such-bucket/wh' at {}",
+            moto.endpoint
+        )),
+        "{err}"
+    );
+    assert!(err.contains("NoSuchBucket"), "{err}");
+    assert!(!err.contains("icemerge-test-secret"), "{err}");
+}

@@ -65,6 +65,7 @@ async fn open(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
             catalog_uri: None,
+            ..Default::default()
         },
         engine,
         executors: Some(executors),

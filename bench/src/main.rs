@@ -309,6 +309,7 @@ async fn run_case(
         python: &args.python,
         script: &args.peers_script,
         timeout: Duration::from_secs(args.peer_timeout),
+        work_dir: &args.work_dir,
     };
     let peer_list = if previous.is_some() {
         ""

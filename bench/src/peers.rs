@@ -38,6 +38,8 @@ pub struct PeerConfig<'a> {
     pub python: &'a str,
     pub script: &'a Path,
     pub timeout: Duration,
+    /// Where the peers' scratch directories go.
+    pub work_dir: &'a Path,
 }
 
 /// Runs `peer` on `case` (a peers.py case name) over `target_dir` / `source`.
@@ -48,7 +50,13 @@ pub fn run(
     target_dir: &Path,
     source: &Path,
 ) -> Result<PeerRun> {
+    // peers.py works in a temporary directory; a killed run cannot remove
+    // it, so it lives under one that is removed here.
+    let scratch = tempfile::Builder::new()
+        .prefix("peer-")
+        .tempdir_in(config.work_dir)?;
     let mut cmd = Command::new(config.python);
+    cmd.env("TMPDIR", scratch.path());
     cmd.arg(config.script)
         .arg("--target")
         .arg(target_dir)

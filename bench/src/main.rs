@@ -1,248 +1,450 @@
-//! icemerge-bench: times a MERGE on icemerge (local engine and an in-process
-//! cluster) and on peer systems (delta-rs, PyIceberg, DuckDB via
-//! `shared/bench/peers.py`) over the same generated data, in one run, and
-//! prints medians and ratios.
+//! icemerge-bench: the Delta merge-benchmark cases on icemerge (local engine
+//! and in-process cluster) beside delta-rs, PyIceberg and DuckDB
+//! (`shared/bench/peers.py`) and the copy-on-write floor, over the same
+//! generated `web_returns`-shaped data, in one run.
 //!
-//! Data: a target of `--rows` rows (id, amt, qty, note) in `--files` Parquet
-//! files with ids sorted across files, and a source of `--matched` existing
-//! ids spread over the whole id range plus `--inserted` new ids. The MERGE is
-//! an upsert keyed on id (peers.py's `upsert` case). Each icemerge run loads
-//! a fresh table (one data file per target file) and times only the MERGE.
+//! Modules: `data` (generation), `cases` (the case matrix and MERGE SQL),
+//! `icemerge` (a merge per child process), `peers` (peers.py per peer),
+//! `floor` (plain Parquet rewrite of the touched files), `process` (child
+//! processes with peak RSS), `report` (JSON, console and Markdown).
 
+mod cases;
+mod data;
+mod floor;
+mod icemerge;
+mod peers;
+mod process;
+mod report;
+
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
-use clap::Parser;
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
 
+use crate::cases::Case;
+use crate::data::{target_file, Layout};
+use crate::icemerge::Engine;
+use crate::report::{CaseResult, EngineResult, Floor, Report, ScaleResult};
+
 #[derive(Parser, Debug)]
-#[command(about = "Times an upsert MERGE on icemerge and on peers over the same data")]
+#[command(
+    about = "MERGE benchmark: icemerge beside delta-rs, PyIceberg, DuckDB and the copy-on-write floor",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    sub: Option<Sub>,
+    #[command(flatten)]
+    args: Args,
+}
+
+#[derive(Subcommand, Debug)]
+enum Sub {
+    /// Internal: load a fresh table and time one MERGE (one child process).
+    #[command(hide = true)]
+    MergeChild(icemerge::ChildArgs),
+}
+
+#[derive(clap::Args, Debug)]
 struct Args {
     /// Target rows.
     #[arg(long, default_value_t = 1_000_000)]
     rows: u64,
-    /// Target data files.
-    #[arg(long, default_value_t = 8)]
+    /// Target data files (key ranges split evenly).
+    #[arg(long, default_value_t = 40)]
     files: u64,
-    /// Source rows that match target rows.
-    #[arg(long, default_value_t = 10_000)]
-    matched: u64,
-    /// Source rows that are new.
-    #[arg(long, default_value_t = 1_000)]
-    inserted: u64,
-    /// Timed merges per icemerge engine (the median is reported).
+    /// Timed merges per icemerge engine and floor runs (medians are reported).
     #[arg(long, default_value_t = 3)]
     runs: usize,
+    /// Cases to run, comma separated: exact names, `prefix*`, or `all`.
+    #[arg(long, default_value = "all")]
+    cases: String,
+    /// icemerge engines, comma separated (local, cluster).
+    #[arg(long, default_value = "local,cluster", value_delimiter = ',')]
+    engines: Vec<Engine>,
     /// Executors of the in-process cluster.
     #[arg(long, default_value_t = 2)]
     executors: usize,
-    /// Peers to run through peers.py (comma separated; empty for none).
-    #[arg(long, default_value = "delta,pyiceberg,duckdb")]
+    /// Peers run through peers.py, comma separated (empty for none).
+    #[arg(long, default_value = "delta,duckdb,pyiceberg")]
     peers: String,
-    /// Python with the peers installed (pip install -r shared/bench/requirements.txt).
+    /// Cases PyIceberg runs (same syntax as --cases) [default: its upsert
+    /// cases fixed_cost_one_row, concentrated_upsert and upsert_0.01_0.1 up
+    /// to 1M rows, only concentrated_upsert above: its composite-key upsert
+    /// is very slow].
+    #[arg(long)]
+    pyiceberg_cases: Option<String>,
+    /// A peer run taking longer is killed and reported as a timeout.
+    #[arg(long, default_value_t = 300)]
+    peer_timeout: u64,
+    /// Python with deltalake, duckdb, pyiceberg and pyarrow.
     #[arg(long, default_value = "python3")]
     python: String,
     /// peers.py.
     #[arg(long, default_value = "../shared/bench/peers.py")]
     peers_script: PathBuf,
-    /// Working directory for data (default: a temporary directory).
+    /// Working directory: generated data (kept and reused) and scratch tables.
+    #[arg(long, default_value = "/tmp/icemerge-bench")]
+    work_dir: PathBuf,
+    /// Raw results (scales already in the file are kept unless re-run).
+    #[arg(long, default_value = "docs/benchmarks.json")]
+    json: PathBuf,
+    /// Report whose generated section is rewritten.
+    #[arg(long, default_value = "docs/BENCHMARKS.md")]
+    markdown: PathBuf,
+    /// Take peer and floor figures of a case from the JSON (same scale)
+    /// instead of running them again; only icemerge runs.
     #[arg(long)]
-    work_dir: Option<PathBuf>,
+    reuse_peers: bool,
+    /// Only re-render the Markdown from the JSON.
+    #[arg(long)]
+    report_only: bool,
+    /// Profile: run EXPLAIN ANALYZE of this case's MERGE once per engine and
+    /// print it; nothing else runs.
+    #[arg(long, value_name = "CASE")]
+    explain_analyze: Option<String>,
 }
 
-async fn session(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<Session> {
+fn selected(filter: &str, name: &str) -> bool {
+    filter.split(',').map(str::trim).any(|f| {
+        f == "all" || f == name || f.strip_suffix('*').is_some_and(|p| name.starts_with(p))
+    })
+}
+
+fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
+    let out = std::process::Command::new(cmd).args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// HEAD's short hash, `-dirty` when files outside docs/ (where the run
+/// writes its own results) differ from it.
+fn commit() -> String {
+    let head = command_output("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default();
+    let dirty = command_output("git", &["status", "--porcelain", "--", ".", ":!docs"])
+        .is_some_and(|s| !s.is_empty());
+    if dirty {
+        format!("{head}-dirty")
+    } else {
+        head
+    }
+}
+
+fn machine(python: &str) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    m.insert(
+        "cores".into(),
+        std::thread::available_parallelism()
+            .map(|n| n.get().to_string())
+            .unwrap_or_default(),
+    );
+    if let Ok(info) = std::fs::read_to_string("/proc/meminfo") {
+        if let Some(kib) = info
+            .lines()
+            .find(|l| l.starts_with("MemTotal:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            m.insert("RAM".into(), format!("{:.1} GiB", kib as f64 / 1048576.0));
+        }
+    }
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        if let Some(model) = info
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split(':').nth(1))
+        {
+            m.insert("CPU".into(), model.trim().to_string());
+        }
+    }
+    if let Some(v) = command_output(
+        python,
+        &[
+            "-c",
+            "import deltalake, duckdb, pyiceberg, pyarrow; \
+             print(f'deltalake {deltalake.__version__}, duckdb {duckdb.__version__}, \
+             pyiceberg {pyiceberg.__version__}, pyarrow {pyarrow.__version__}')",
+        ],
+    ) {
+        m.insert("peers".into(), v);
+    }
+    m.insert(
+        "load".into(),
+        "shared with other engineers' builds (figures are noisy)".into(),
+    );
+    m
+}
+
+async fn local_session(warehouse: &Path) -> Result<Session> {
     Ok(Session::open(SessionOptions {
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
             catalog_uri: None,
             ..Default::default()
         },
-        engine,
-        executors: Some(executors),
+        engine: EngineKind::Local,
+        executors: Some(1),
         target_partitions: None,
     })
     .await?)
 }
 
-/// Writes the target files and the source file with DataFusion's COPY.
-async fn generate(args: &Args, dir: &Path) -> Result<()> {
-    let s = session(&dir.join("gen-warehouse"), EngineKind::Local, 1).await?;
-    std::fs::create_dir_all(dir.join("target"))?;
-    let per_file = args.rows.div_ceil(args.files);
-    for f in 0..args.files {
-        let (lo, hi) = (f * per_file, ((f + 1) * per_file).min(args.rows) - 1);
-        let path = dir.join("target").join(format!("part-{f:03}.parquet"));
-        s.execute_one(&format!(
-            "COPY (SELECT value AS id, CAST(value AS DOUBLE) * 0.5 AS amt, value % 100 AS qty, \
-             concat('note-', CAST(value % 1000 AS VARCHAR)) AS note FROM generate_series({lo}, {hi})) \
-             TO '{}' STORED AS PARQUET",
-            path.display()
-        ))
-        .await?;
-    }
-    let stride = (args.rows / args.matched.max(1)).max(1);
-    s.execute_one(&format!(
-        "COPY (SELECT value * {stride} AS id, CAST(value AS DOUBLE) + 0.25 AS amt, 7 AS qty, nullif('updated', '') AS note \
-         FROM generate_series(0, {}) \
-         UNION ALL SELECT {} + value AS id, 1.0 AS amt, 1 AS qty, nullif('new', '') AS note FROM generate_series(0, {})) \
-         TO '{}' STORED AS PARQUET",
-        args.matched - 1,
-        args.rows,
-        args.inserted - 1,
-        dir.join("source.parquet").display()
-    ))
-    .await?;
-    Ok(())
+/// Data paths of one case: (target dir, source file).
+fn case_paths(work: &Path, case: &Case, layout: Layout) -> (PathBuf, PathBuf) {
+    let l = case.layout(layout);
+    let data = work.join(format!("data-{}-{}", l.rows, l.files));
+    let source = work
+        .join(format!("data-{}-{}", layout.rows, layout.files))
+        .join("sources")
+        .join(format!("{}.parquet", case.name));
+    (data.join("target"), source)
 }
 
-const UPSERT: &str = "MERGE INTO db.t USING read_parquet('{source}') AS s ON t.id = s.id \
-    WHEN MATCHED THEN UPDATE SET amt = s.amt, qty = s.qty, note = s.note \
-    WHEN NOT MATCHED THEN INSERT *";
-
-/// One fresh table, one timed merge; returns seconds and the result row.
-async fn icemerge_run(
+async fn run_case(
     args: &Args,
-    dir: &Path,
-    engine: EngineKind,
-    run: usize,
-) -> Result<(f64, String)> {
-    let warehouse = dir.join(format!("wh-{engine:?}-{run}"));
-    let s = session(&warehouse, engine, args.executors).await?;
-    s.execute(
-        "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, amt DOUBLE, qty BIGINT, note STRING)",
-    )
-    .await?;
-    for f in 0..args.files {
-        let path = dir.join("target").join(format!("part-{f:03}.parquet"));
-        s.execute_one(&format!(
-            "INSERT INTO db.t SELECT * FROM read_parquet('{}')",
-            path.display()
-        ))
-        .await?;
-    }
-    let sql = UPSERT.replace(
-        "{source}",
-        &dir.join("source.parquet").display().to_string(),
-    );
-    let start = Instant::now();
-    let out = s.execute_one(&sql).await?;
-    let secs = start.elapsed().as_secs_f64();
-    let summary = match out {
-        icemerge_scheduler::StatementOutput::Rows { batches, .. } => {
-            arrow_row(&batches).unwrap_or_default()
-        }
-        _ => String::new(),
+    gen: &Session,
+    case: &Case,
+    layout: Layout,
+    pyiceberg: bool,
+    previous: Option<&CaseResult>,
+) -> Result<CaseResult> {
+    let l = case.layout(layout);
+    let (target_dir, source) = case_paths(&args.work_dir, case, layout);
+    data::write_target(gen, l, &target_dir).await?;
+    std::fs::create_dir_all(source.parent().expect("sources dir"))?;
+    data::write_source(gen, l.rows, &case.source, &source).await?;
+    let source_rows = l.count(&case.source.matched) + l.count(&case.source.new);
+
+    // Files holding matched keys that an action changes.
+    let touched: Vec<u64> = if case.source.identical {
+        vec![]
+    } else {
+        l.touched_files(&case.source.matched)
     };
-    drop(s);
-    let _ = std::fs::remove_dir_all(&warehouse);
-    Ok((secs, summary))
-}
+    let mut result = CaseResult {
+        name: case.name.clone(),
+        peer_case: case.peer_case().into(),
+        peer_note: case.peer_note.into(),
+        matched_fraction: case.fractions.0,
+        not_matched_fraction: case.fractions.1,
+        target_rows: l.rows,
+        source_rows,
+        touched_files: touched.len(),
+        local: None,
+        cluster: None,
+        peers: vec![],
+        floor: None,
+        commit: commit(),
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
+    };
 
-fn arrow_row(batches: &[arrow::record_batch::RecordBatch]) -> Option<String> {
-    let batch = batches.first()?;
-    let names: Vec<String> = batch
-        .schema()
-        .fields()
-        .iter()
-        .map(|f| f.name().clone())
-        .collect();
-    let values: Vec<String> = batch
-        .columns()
-        .iter()
-        .map(|c| arrow::util::display::array_value_to_string(c.as_ref(), 0).unwrap_or_default())
-        .collect();
-    Some(
-        names
+    if let Some(prev) = previous {
+        result.floor = prev.floor.clone();
+        result.peers = prev.peers.clone();
+    } else if !touched.is_empty() {
+        let files: Vec<PathBuf> = touched
             .iter()
-            .zip(values)
-            .map(|(n, v)| format!("{n}={v}"))
-            .collect::<Vec<_>>()
-            .join(" "),
-    )
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
-    v[v.len() / 2]
-}
-
-fn run_peers(args: &Args, dir: &Path) -> Result<Vec<(String, f64)>> {
-    if args.peers.is_empty() {
-        return Ok(vec![]);
+            .map(|&f| target_file(&target_dir, f))
+            .collect();
+        let mut runs = vec![];
+        let mut bytes = 0;
+        for _ in 0..args.runs {
+            let (s, b) = floor::measure(
+                &files,
+                &args.work_dir.join("floor-scratch"),
+                std::thread::available_parallelism()
+                    .map(|n| n.get())
+                    .unwrap_or(2),
+            )?;
+            runs.push(s);
+            bytes = b;
+        }
+        eprintln!(
+            "  floor: {} files, median {:.3}s",
+            files.len(),
+            report::median(runs.clone()).unwrap_or(0.0)
+        );
+        result.floor = Some(Floor {
+            files: files.len(),
+            runs,
+            bytes_written: bytes,
+        });
     }
-    let out = std::process::Command::new(&args.python)
-        .arg(&args.peers_script)
-        .args(["--target", &dir.join("target").display().to_string()])
-        .args([
-            "--source",
-            &dir.join("source.parquet").display().to_string(),
-        ])
-        .args(["--keys", "id", "--case", "upsert", "--peers", &args.peers])
-        .output()
-        .context("running peers.py")?;
-    if !out.status.success() {
-        bail!("peers.py failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let mut results = vec![];
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let v: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("peers.py: {line}"))?;
-        if let (Some(peer), Some(secs)) = (v["peer"].as_str(), v["merge_seconds"].as_f64()) {
-            eprintln!("  {peer}: {secs:.3}s, rows after {}", v["rows_after"]);
-            results.push((peer.to_string(), secs));
+
+    let sql = case.merge_sql("db.t", &source.display().to_string());
+    for &engine in &args.engines {
+        let mut runs = vec![];
+        for i in 0..args.runs {
+            let (run, _) = icemerge::run(
+                &args.work_dir,
+                &target_dir,
+                l.files,
+                engine,
+                args.executors,
+                &sql,
+                false,
+            )?;
+            eprintln!(
+                "  icemerge {} run {i}: {:.3}s (load {:.1}s) rss {} MiB {:?}",
+                engine.name(),
+                run.seconds,
+                run.load_seconds,
+                run.process_peak_rss / 1048576,
+                run.result
+            );
+            runs.push(run);
+        }
+        let e = Some(EngineResult { runs });
+        match engine {
+            Engine::Local => result.local = e,
+            Engine::Cluster => result.cluster = e,
         }
     }
-    Ok(results)
+
+    let config = peers::PeerConfig {
+        python: &args.python,
+        script: &args.peers_script,
+        timeout: Duration::from_secs(args.peer_timeout),
+        work_dir: &args.work_dir,
+    };
+    let peer_list = if previous.is_some() {
+        ""
+    } else {
+        args.peers.as_str()
+    };
+    for peer in peer_list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
+        if peer == "pyiceberg" && (!case.pyiceberg_supported() || !pyiceberg) {
+            continue;
+        }
+        let p = peers::run(&config, peer, case.peer_case(), &target_dir, &source)?;
+        eprintln!(
+            "  {peer}: {:?}s rows_after {:?} rss {} MiB {}",
+            p.seconds,
+            p.rows_after,
+            p.process_peak_rss / 1048576,
+            p.note.clone().unwrap_or_default()
+        );
+        result.peers.push(p);
+    }
+    Ok(result)
+}
+
+async fn run(args: Args) -> Result<()> {
+    if args.report_only {
+        let report = Report::load(&args.json);
+        report::write_markdown(&args.markdown, &report)?;
+        for s in &report.scales {
+            println!("{} rows\n{}", s.rows, report::console_table(s));
+        }
+        return Ok(());
+    }
+    if args.files == 0 || args.rows < args.files * 8 {
+        bail!("need --files > 0 and at least 8 rows per file");
+    }
+    std::fs::create_dir_all(&args.work_dir)?;
+    let layout = Layout {
+        rows: args.rows,
+        files: args.files,
+    };
+    let all = cases::all(layout);
+    let gen = local_session(&args.work_dir.join("gen-warehouse")).await?;
+
+    if let Some(name) = &args.explain_analyze {
+        let Some(case) = all.iter().find(|c| &c.name == name) else {
+            bail!("no case {name}");
+        };
+        let l = case.layout(layout);
+        let (target_dir, source) = case_paths(&args.work_dir, case, layout);
+        data::write_target(&gen, l, &target_dir).await?;
+        std::fs::create_dir_all(source.parent().expect("sources dir"))?;
+        data::write_source(&gen, l.rows, &case.source, &source).await?;
+        let sql = case.merge_sql("db.t", &source.display().to_string());
+        for &engine in &args.engines {
+            let (run, text) = icemerge::run(
+                &args.work_dir,
+                &target_dir,
+                l.files,
+                engine,
+                args.executors,
+                &sql,
+                true,
+            )?;
+            println!(
+                "== {} {}: {:.3}s\n{text}",
+                engine.name(),
+                case.name,
+                run.seconds
+            );
+        }
+        return Ok(());
+    }
+
+    let pyiceberg_filter = args.pyiceberg_cases.clone().unwrap_or_else(|| {
+        if args.rows <= 1_000_000 {
+            "fixed_cost_one_row,concentrated_upsert,upsert_0.01_0.1".into()
+        } else {
+            "concentrated_upsert".into()
+        }
+    });
+    let mut report = Report::load(&args.json);
+    let previous = report
+        .scales
+        .iter()
+        .find(|s| (s.rows, s.files) == (args.rows, args.files))
+        .cloned();
+    let mut scale = ScaleResult {
+        rows: args.rows,
+        files: args.files,
+        runs: args.runs,
+        date: command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
+        commit: commit(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: machine(&args.python),
+        cases: vec![],
+    };
+    for case in all.iter().filter(|c| selected(&args.cases, &c.name)) {
+        eprintln!("case {}", case.name);
+        let c = run_case(
+            &args,
+            &gen,
+            case,
+            layout,
+            selected(&pyiceberg_filter, &case.name),
+            previous
+                .as_ref()
+                .filter(|_| args.reuse_peers)
+                .and_then(|p| p.cases.iter().find(|c| c.name == case.name)),
+        )
+        .await?;
+        scale.cases.push(c);
+        // Saved after every case, so an interrupted run keeps its figures.
+        report.put(scale.clone());
+        report.save(&args.json)?;
+        report::write_markdown(&args.markdown, &report)?;
+    }
+    println!(
+        "{} rows in {} files, {} runs\n{}",
+        scale.rows,
+        scale.files,
+        scale.runs,
+        report::console_table(&scale)
+    );
+    Ok(())
 }
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> Result<()> {
-    let args = Args::parse();
-    let tmp;
-    let dir = match &args.work_dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
-    eprintln!(
-        "generating {} rows in {} files, source {} matched + {} new ...",
-        args.rows, args.files, args.matched, args.inserted
-    );
-    generate(&args, &dir).await?;
-
-    let mut rows: Vec<(String, f64)> = vec![];
-    for (name, engine) in [
-        ("icemerge local", EngineKind::Local),
-        ("icemerge cluster", EngineKind::Cluster),
-    ] {
-        let mut times = vec![];
-        for run in 0..args.runs {
-            let (secs, summary) = icemerge_run(&args, &dir, engine, run).await?;
-            eprintln!("  {name} run {run}: {secs:.3}s  {summary}");
-            times.push(secs);
-        }
-        rows.push((name.to_string(), median(times)));
+    let cli = Cli::parse();
+    match cli.sub {
+        Some(Sub::MergeChild(child)) => icemerge::child_main(child).await,
+        None => run(cli.args).await,
     }
-    let peers = run_peers(&args, &dir)?;
-
-    let mut table = comfy_table::Table::new();
-    let mut header = vec!["system".to_string(), "merge seconds (median)".to_string()];
-    header.extend(peers.iter().map(|(p, _)| format!("icemerge / {p}")));
-    table.set_header(header);
-    for (name, secs) in rows.iter().chain(peers.iter()) {
-        let mut row = vec![name.clone(), format!("{secs:.3}")];
-        if name.starts_with("icemerge") {
-            row.extend(peers.iter().map(|(_, p)| format!("{:.2}", secs / p)));
-        }
-        table.add_row(row);
-    }
-    println!(
-        "upsert: {} target rows in {} files, {} matched + {} new source rows, {} runs per icemerge engine",
-        args.rows, args.files, args.matched, args.inserted, args.runs
-    );
-    println!("{table}");
-    Ok(())
 }

@@ -1,0 +1,114 @@
+//! Peer runs through `peers.py`: one child process per peer and case, so the
+//! peak RSS read from `wait4` is that peer's alone. peers.py loads the table
+//! in the same process before the timed merge, so a peer's peak RSS covers
+//! its load as well.
+//!
+//! The stack limit of the peer process is raised: PyIceberg's upsert on a
+//! composite key builds one deeply nested filter expression that overflows
+//! Arrow's default thread stack (a segfault) on sources of thousands of rows.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::Result;
+use serde_json::Value;
+
+use crate::data::KEYS;
+use crate::process;
+
+/// Stack limit of a peer process (also the default thread stack size).
+const STACK_BYTES: libc::rlim_t = 1 << 30;
+
+/// One peer's outcome on one case.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct PeerRun {
+    pub peer: String,
+    /// Merge seconds; None when it failed, timed out or was skipped.
+    pub seconds: Option<f64>,
+    pub rows_after: Option<u64>,
+    /// Peak RSS of the peers.py process (load + merge), bytes.
+    pub process_peak_rss: u64,
+    pub note: Option<String>,
+    pub metrics: Value,
+}
+
+pub struct PeerConfig<'a> {
+    pub python: &'a str,
+    pub script: &'a Path,
+    pub timeout: Duration,
+    /// Where the peers' scratch directories go.
+    pub work_dir: &'a Path,
+}
+
+/// Runs `peer` on `case` (a peers.py case name) over `target_dir` / `source`.
+pub fn run(
+    config: &PeerConfig,
+    peer: &str,
+    case: &str,
+    target_dir: &Path,
+    source: &Path,
+) -> Result<PeerRun> {
+    // peers.py works in a temporary directory; a killed run cannot remove
+    // it, so it lives under one that is removed here.
+    let scratch = tempfile::Builder::new()
+        .prefix("peer-")
+        .tempdir_in(config.work_dir)?;
+    let mut cmd = Command::new(config.python);
+    cmd.env("TMPDIR", scratch.path());
+    cmd.arg(config.script)
+        .arg("--target")
+        .arg(target_dir)
+        .arg("--source")
+        .arg(source)
+        .args(["--keys", &KEYS.join(",")])
+        .args(["--case", case, "--peers", peer]);
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: STACK_BYTES,
+                rlim_max: libc::RLIM_INFINITY,
+            };
+            libc::setrlimit(libc::RLIMIT_STACK, &limit);
+            Ok(())
+        });
+    }
+    let done = process::run(cmd, config.timeout)?;
+    let mut out = PeerRun {
+        peer: peer.to_string(),
+        seconds: None,
+        rows_after: None,
+        process_peak_rss: done.max_rss,
+        note: None,
+        metrics: Value::Null,
+    };
+    if done.timed_out {
+        out.note = Some(format!("timed out after {} s", config.timeout.as_secs()));
+        return Ok(out);
+    }
+    let line = done.stdout.lines().rev().find(|l| l.starts_with('{'));
+    match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
+        Some(v) if v["merge_seconds"].is_number() => {
+            out.seconds = v["merge_seconds"].as_f64();
+            out.rows_after = v["rows_after"].as_u64();
+            out.metrics = v["metrics"].clone();
+        }
+        Some(v) if v["skipped"].is_string() => {
+            out.note = v["skipped"].as_str().map(str::to_string);
+        }
+        _ => {
+            let tail: String = done
+                .stderr
+                .lines()
+                .rev()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" | ");
+            out.note = Some(format!("failed: {tail}"));
+        }
+    }
+    Ok(out)
+}

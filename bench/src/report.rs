@@ -1,0 +1,474 @@
+//! Results: the raw JSON (one entry per scale, merged into an existing file
+//! so scales can be run separately), a comfy-table on stdout and the
+//! generated part of docs/BENCHMARKS.md (between two marker comments; the
+//! text around them is kept).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Result;
+use serde::{Deserialize, Serialize};
+
+use crate::icemerge::Run;
+use crate::peers::PeerRun;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct EngineResult {
+    pub runs: Vec<Run>,
+}
+
+impl EngineResult {
+    pub fn median_seconds(&self) -> Option<f64> {
+        median(self.runs.iter().map(|r| r.seconds).collect())
+    }
+    pub fn median_merge_rss(&self) -> Option<f64> {
+        median(
+            self.runs
+                .iter()
+                .filter_map(|r| r.merge_peak_rss.map(|b| b as f64))
+                .collect(),
+        )
+    }
+    pub fn median_process_rss(&self) -> Option<f64> {
+        median(
+            self.runs
+                .iter()
+                .map(|r| r.process_peak_rss as f64)
+                .collect(),
+        )
+    }
+    /// A counter of the MERGE result row (the same in every run).
+    pub fn stat(&self, name: &str) -> Option<u64> {
+        self.runs.first()?.result.get(name)?.as_u64()
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Floor {
+    pub files: usize,
+    pub runs: Vec<f64>,
+    pub bytes_written: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CaseResult {
+    pub name: String,
+    pub peer_case: String,
+    pub peer_note: String,
+    pub matched_fraction: f64,
+    pub not_matched_fraction: f64,
+    pub target_rows: u64,
+    pub source_rows: u64,
+    /// Files holding matched keys.
+    pub touched_files: usize,
+    pub local: Option<EngineResult>,
+    pub cluster: Option<EngineResult>,
+    pub peers: Vec<PeerRun>,
+    pub floor: Option<Floor>,
+    /// Commit and time icemerge ran this case at.
+    #[serde(default)]
+    pub commit: String,
+    #[serde(default)]
+    pub date: String,
+}
+
+impl CaseResult {
+    pub fn peer_seconds(&self, peer: &str) -> Option<f64> {
+        self.peers.iter().find(|p| p.peer == peer)?.seconds
+    }
+    pub fn peer_rss(&self, peer: &str) -> Option<f64> {
+        let p = self.peers.iter().find(|p| p.peer == peer)?;
+        p.seconds.map(|_| p.process_peak_rss as f64)
+    }
+    pub fn floor_seconds(&self) -> Option<f64> {
+        median(self.floor.as_ref()?.runs.clone())
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ScaleResult {
+    pub rows: u64,
+    pub files: u64,
+    pub runs: usize,
+    pub date: String,
+    pub commit: String,
+    pub command: String,
+    pub machine: BTreeMap<String, String>,
+    pub cases: Vec<CaseResult>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    pub scales: Vec<ScaleResult>,
+}
+
+impl Report {
+    pub fn load(path: &Path) -> Report {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| serde_json::from_str(&s).ok())
+            .unwrap_or_default()
+    }
+
+    /// Merges `scale` into the scale with the same rows and files: its
+    /// cases replace those of the same name, the others are kept.
+    pub fn put(&mut self, mut scale: ScaleResult) {
+        if let Some(pos) = self
+            .scales
+            .iter()
+            .position(|s| (s.rows, s.files) == (scale.rows, scale.files))
+        {
+            let old = self.scales.remove(pos);
+            let mut cases = old.cases;
+            for c in scale.cases {
+                match cases.iter().position(|o| o.name == c.name) {
+                    Some(i) => cases[i] = c,
+                    None => cases.push(c),
+                }
+            }
+            scale.cases = cases;
+        }
+        self.scales.push(scale);
+        self.scales.sort_by_key(|s| (s.rows, s.files));
+    }
+
+    pub fn save(&self, path: &Path) -> Result<()> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        std::fs::write(path, serde_json::to_string_pretty(self)? + "\n")?;
+        Ok(())
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).expect("finite"));
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+fn secs(v: Option<f64>) -> String {
+    v.map(|s| format!("{s:.3}")).unwrap_or_else(|| "—".into())
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "—".into(),
+    }
+}
+
+fn mib(v: Option<f64>) -> String {
+    v.map(|b| format!("{:.0}", b / 1048576.0))
+        .unwrap_or_else(|| "—".into())
+}
+
+fn count(v: Option<u64>) -> String {
+    v.map(|n| n.to_string()).unwrap_or_else(|| "—".into())
+}
+
+fn peer_cell(c: &CaseResult, peer: &str) -> String {
+    match c.peers.iter().find(|p| p.peer == peer) {
+        Some(p) => match (p.seconds, &p.note) {
+            (Some(s), _) => format!("{s:.3}"),
+            (None, Some(n)) if n.starts_with("timed out") => format!(">{}", &n[15..]),
+            _ => "—".into(),
+        },
+        None => "—".into(),
+    }
+}
+
+const HEADER: [&str; 19] = [
+    "case",
+    "source rows",
+    "local s",
+    "cluster s",
+    "delta-rs s",
+    "DuckDB s",
+    "PyIceberg s",
+    "floor s",
+    "local/delta",
+    "cluster/delta",
+    "local/DuckDB",
+    "local/PyIceberg",
+    "local/floor",
+    "RSS merge MiB",
+    "RSS proc MiB",
+    "delta RSS MiB",
+    "files rewritten",
+    "MB written",
+    "touched",
+];
+
+fn row(c: &CaseResult) -> Vec<String> {
+    let local = c.local.as_ref().and_then(|e| e.median_seconds());
+    let cluster = c.cluster.as_ref().and_then(|e| e.median_seconds());
+    let delta = c.peer_seconds("delta");
+    let name = if c.peer_note.is_empty() {
+        c.name.clone()
+    } else {
+        format!("{} *", c.name)
+    };
+    vec![
+        name,
+        c.source_rows.to_string(),
+        secs(local),
+        secs(cluster),
+        peer_cell(c, "delta"),
+        peer_cell(c, "duckdb"),
+        peer_cell(c, "pyiceberg"),
+        secs(c.floor_seconds()),
+        ratio(local, delta),
+        ratio(cluster, delta),
+        ratio(local, c.peer_seconds("duckdb")),
+        ratio(local, c.peer_seconds("pyiceberg")),
+        ratio(local, c.floor_seconds()),
+        mib(c.local.as_ref().and_then(|e| e.median_merge_rss())),
+        mib(c.local.as_ref().and_then(|e| e.median_process_rss())),
+        mib(c.peer_rss("delta")),
+        count(c.local.as_ref().and_then(|e| e.stat("files_removed"))),
+        c.local
+            .as_ref()
+            .and_then(|e| e.stat("bytes_written"))
+            .map(|b| format!("{:.1}", b as f64 / 1e6))
+            .unwrap_or_else(|| "—".into()),
+        c.touched_files.to_string(),
+    ]
+}
+
+/// The comfy-table of one scale.
+pub fn console_table(scale: &ScaleResult) -> comfy_table::Table {
+    let mut t = comfy_table::Table::new();
+    t.set_header(HEADER.to_vec());
+    for c in &scale.cases {
+        t.add_row(row(c));
+    }
+    t
+}
+
+fn md_table(out: &mut String, scale: &ScaleResult) {
+    let _ = writeln!(out, "| {} |", HEADER.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(HEADER.len()));
+    for c in &scale.cases {
+        let _ = writeln!(out, "| {} |", row(c).join(" | "));
+    }
+}
+
+fn find<'a>(scale: &'a ScaleResult, name: &str) -> Option<&'a CaseResult> {
+    scale.cases.iter().find(|c| c.name == name)
+}
+
+/// Where each issue-4 target stands, computed from the largest scale that
+/// has the figure.
+fn targets(out: &mut String, report: &Report) {
+    let _ = writeln!(out, "### Targets, as measured\n");
+    for scale in report.scales.iter().rev() {
+        let _ = writeln!(out, "At {} rows:\n", scale.rows);
+        let mut pass = 0;
+        let mut fail = vec![];
+        for c in &scale.cases {
+            let (Some(l), Some(d)) = (
+                c.local.as_ref().and_then(|e| e.median_seconds()),
+                c.peer_seconds("delta"),
+            ) else {
+                continue;
+            };
+            if l / d <= 0.7 {
+                pass += 1;
+            } else {
+                fail.push(format!("{} ({:.2})", c.name, l / d));
+            }
+        }
+        let _ = writeln!(
+            out,
+            "- icemerge local ≤ 0.7× delta-rs: met on {pass} of {} cases{}",
+            pass + fail.len(),
+            if fail.is_empty() {
+                String::new()
+            } else {
+                format!("; missed on {}", fail.join(", "))
+            }
+        );
+        let py: Vec<String> = scale
+            .cases
+            .iter()
+            .filter_map(|c| {
+                let l = c.local.as_ref()?.median_seconds()?;
+                let p = c.peer_seconds("pyiceberg")?;
+                Some(format!("{} {:.1}×", c.name, p / l))
+            })
+            .collect();
+        if !py.is_empty() {
+            let _ = writeln!(
+                out,
+                "- speed-up over PyIceberg upsert (target ≥ 10×): {}",
+                py.join(", ")
+            );
+        }
+        if let Some(c) = find(scale, "concentrated_upsert") {
+            let l = c.local.as_ref().and_then(|e| e.median_seconds());
+            let _ = writeln!(
+                out,
+                "- concentrated upsert / copy-on-write floor (target ≤ 1.5): {} (local {} s, floor {} s)",
+                ratio(l, c.floor_seconds()),
+                secs(l),
+                secs(c.floor_seconds())
+            );
+        }
+        let mut rss_ok = 0;
+        let mut rss_all = 0;
+        for c in &scale.cases {
+            if let (Some(r), Some(d)) = (
+                c.local.as_ref().and_then(|e| e.median_process_rss()),
+                c.peer_rss("delta"),
+            ) {
+                rss_all += 1;
+                if r <= d {
+                    rss_ok += 1;
+                }
+            }
+        }
+        let _ = writeln!(
+            out,
+            "- peak RSS ≤ delta-rs (whole process, load included on both sides): {rss_ok} of {rss_all} cases"
+        );
+        if let Some(c) = find(scale, "fixed_cost_one_row") {
+            let _ = writeln!(
+                out,
+                "- fixed cost, one-row merge into a {}-row one-file table (target ≤ 0.300 s on the cluster): cluster {} s, local {} s",
+                c.target_rows,
+                secs(c.cluster.as_ref().and_then(|e| e.median_seconds())),
+                secs(c.local.as_ref().and_then(|e| e.median_seconds()))
+            );
+        }
+        let _ = writeln!(out);
+    }
+    // The issue-5 figure: the same concentrated source at two scales.
+    let conc: Vec<(u64, f64)> = report
+        .scales
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.rows,
+                find(s, "concentrated_upsert")?
+                    .local
+                    .as_ref()?
+                    .median_seconds()?,
+            ))
+        })
+        .collect();
+    if conc.len() >= 2 {
+        let (r0, s0) = conc[0];
+        let (r1, s1) = conc[conc.len() - 1];
+        let _ = writeln!(
+            out,
+            "Issue-5 figure — concentrated upsert, same source (10,000 matched + 1,000 new rows), local engine: {r0} rows {s0:.3} s, {r1} rows {s1:.3} s, ratio {:.2}× for {}× the table.\n",
+            s1 / s0,
+            r1 / r0
+        );
+    }
+}
+
+const BEGIN: &str =
+    "<!-- results:begin (generated by icemerge-bench; edits here are overwritten) -->";
+const END: &str = "<!-- results:end -->";
+
+/// The generated Markdown.
+pub fn markdown(report: &Report) -> String {
+    let mut out = String::new();
+    for scale in &report.scales {
+        let _ = writeln!(
+            out,
+            "### {} rows in {} files ({} icemerge runs per engine)\n",
+            scale.rows, scale.files, scale.runs
+        );
+        let _ = writeln!(
+            out,
+            "Measured {} at commit `{}` on {}.\n\n`{}`\n",
+            scale.date,
+            scale.commit,
+            scale
+                .machine
+                .iter()
+                .map(|(k, v)| format!("{k}: {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            scale.command
+        );
+        let commits: std::collections::BTreeSet<&str> =
+            scale.cases.iter().map(|c| c.commit.as_str()).collect();
+        if commits.len() > 1 {
+            let _ = writeln!(
+                out,
+                "Cases were measured in more than one run: {}.\n",
+                scale
+                    .cases
+                    .iter()
+                    .map(|c| format!("{} at `{}` {}", c.name, c.commit, c.date))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
+        md_table(&mut out, scale);
+        let mut notes: Vec<String> = vec![];
+        for c in scale.cases.iter().filter(|c| !c.peer_note.is_empty()) {
+            let same = scale
+                .cases
+                .iter()
+                .filter(|o| o.peer_note == c.peer_note)
+                .map(|o| o.name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let note = format!("{same}: {}", c.peer_note);
+            if !notes.contains(&note) {
+                notes.push(note);
+            }
+        }
+        if !notes.is_empty() {
+            let _ = writeln!(out, "\n\\* {}", notes.join("; "));
+        }
+        let failures: Vec<String> = scale
+            .cases
+            .iter()
+            .flat_map(|c| {
+                c.peers.iter().filter_map(move |p| {
+                    let n = p.note.as_ref()?;
+                    (n != "case not supported").then(|| format!("{} / {}: {n}", c.name, p.peer))
+                })
+            })
+            .collect();
+        if !failures.is_empty() {
+            let _ = writeln!(out, "\nPeer notes: {}", failures.join("; "));
+        }
+        let _ = writeln!(out);
+    }
+    targets(&mut out, report);
+    out
+}
+
+/// Writes the generated part into `path`, keeping the text around the markers.
+pub fn write_markdown(path: &Path, report: &Report) -> Result<()> {
+    let generated = format!("{BEGIN}\n{}{END}", markdown(report));
+    let text = match std::fs::read_to_string(path) {
+        Ok(old) => match (old.find(BEGIN), old.find(END)) {
+            (Some(b), Some(e)) if e > b => {
+                format!("{}{generated}{}", &old[..b], &old[e + END.len()..])
+            }
+            _ => format!("{old}\n{generated}\n"),
+        },
+        Err(_) => format!("# icemerge benchmarks\n\n{generated}\n"),
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(path, text)?;
+    Ok(())
+}

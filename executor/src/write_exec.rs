@@ -210,6 +210,9 @@ impl ExecutionPlan for IcebergWriteExec {
     }
 }
 
+/// Largest dictionary page of a column chunk before plain encoding.
+const DICTIONARY_PAGE_LIMIT: usize = 64 * 1024;
+
 type DataWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
@@ -238,10 +241,15 @@ impl TableFileWriter {
             .table_properties()
             .map(|p| p.write_target_file_size_bytes)
             .map_err(iceberg_err)?;
+        // A column whose dictionary outgrows 64 KiB in a row group falls
+        // back to plain encoding early: high-cardinality columns (keys,
+        // amounts) then skip most of the dictionary hashing, which dominated
+        // rewrites, while low-cardinality columns keep their dictionaries.
         let props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(
                 ZstdLevel::try_new(1).map_err(DataFusionError::from)?,
             ))
+            .set_dictionary_page_size_limit(DICTIONARY_PAGE_LIMIT)
             .build();
         let parquet = ParquetWriterBuilder::new(props, schema.clone());
         let rolling = RollingFileWriterBuilder::new(

@@ -108,6 +108,24 @@ fn build(
     id
 }
 
+/// Makes `child` a stage of its own and puts a `StageInput` line for it in
+/// the operator tree at `depth`.
+fn stage_input(
+    child: &Arc<dyn ExecutionPlan>,
+    partitioning: String,
+    depth: usize,
+    out: &mut Vec<Stage>,
+    operators: &mut Vec<String>,
+    inputs: &mut Vec<usize>,
+) {
+    let id = build(child, out, partitioning.clone());
+    inputs.push(id);
+    operators.push(format!(
+        "{}StageInput: stage {id} ({partitioning})",
+        "  ".repeat(depth)
+    ));
+}
+
 fn walk(
     node: &Arc<dyn ExecutionPlan>,
     depth: usize,
@@ -117,14 +135,15 @@ fn walk(
     inputs: &mut Vec<usize>,
 ) {
     if is_boundary(node) {
-        let child = node.children()[0].clone();
-        let id = build(&child, out, partitioning_text(node.output_partitioning()));
-        inputs.push(id);
-        operators.push(format!(
-            "{}StageInput: stage {id} ({})",
-            "  ".repeat(depth),
-            partitioning_text(node.output_partitioning())
-        ));
+        let partitioning = partitioning_text(node.output_partitioning());
+        stage_input(
+            &node.children()[0].clone(),
+            partitioning,
+            depth,
+            out,
+            operators,
+            inputs,
+        );
         return;
     }
     let mut line = displayable(node.as_ref())
@@ -147,12 +166,7 @@ fn walk(
                 "{} pipelined into the join",
                 partitioning_text(child.output_partitioning())
             );
-            let id = build(child, out, partitioning.clone());
-            inputs.push(id);
-            operators.push(format!(
-                "{}StageInput: stage {id} ({partitioning})",
-                "  ".repeat(depth + 1)
-            ));
+            stage_input(child, partitioning, depth + 1, out, operators, inputs);
             continue;
         }
         walk(child, depth + 1, out, operators, nodes, inputs);

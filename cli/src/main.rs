@@ -7,6 +7,7 @@
 mod backend;
 mod catalog_args;
 mod error;
+mod flight_client;
 mod output;
 mod progress;
 mod remote;

@@ -6,17 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use arrow_flight::flight_service_client::FlightServiceClient;
+use crate::flight_client::FlightClient as Client;
 use arrow_flight::Action;
 use futures::TryStreamExt;
-use icemerge_scheduler::flight_sql::{JobProgressReport, PROGRESS_ACTION};
+use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::Channel;
-
-use crate::remote::BearerToken;
-
-type Client = FlightServiceClient<InterceptedService<Channel, BearerToken>>;
 
 /// How often the scheduler is asked.
 const POLL: Duration = Duration::from_millis(200);

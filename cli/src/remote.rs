@@ -8,7 +8,6 @@
 
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::error::FlightError;
-use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use arrow_flight::FlightDescriptor;
 use datafusion::error::DataFusionError;
@@ -16,64 +15,22 @@ use futures::TryStreamExt;
 use icemerge_scheduler::StatementOutput;
 use prost::Message;
 use std::sync::Arc;
-use tonic::metadata::MetadataValue;
-use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
-use tonic::{Request, Status};
+use tonic::Status;
 
-/// Adds the bearer token to every call.
-#[derive(Clone)]
-pub struct BearerToken(Option<MetadataValue<tonic::metadata::Ascii>>);
-
-impl tonic::service::Interceptor for BearerToken {
-    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
-        }
-        Ok(request)
-    }
-}
+use crate::flight_client::{self, FlightClient};
 
 /// A connection to an icemerge scheduler's Flight SQL port.
 pub struct RemoteSession {
     address: String,
-    client: FlightServiceClient<InterceptedService<Channel, BearerToken>>,
+    client: FlightClient,
     /// Draw per-stage progress bars while a statement runs.
     pub progress: bool,
 }
 
-const MAX_MESSAGE: usize = 256 * 1024 * 1024;
-
 impl RemoteSession {
     /// Connects to `address` (`HOST:PORT` or `http://HOST:PORT`).
     pub async fn connect(address: &str, token: Option<&str>) -> Result<Self, DataFusionError> {
-        let url = if address.contains("://") {
-            address.to_string()
-        } else {
-            format!("http://{address}")
-        };
-        let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
-            DataFusionError::Configuration(format!("--scheduler: invalid address '{address}': {e}"))
-        })?;
-        let channel = endpoint.connect().await.map_err(|e| {
-            DataFusionError::Execution(format!(
-                "cannot connect to the icemerge scheduler at {address}: {e}{}",
-                source_text(&e)
-            ))
-        })?;
-        let header = match token {
-            Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
-                DataFusionError::Configuration(
-                    "--token: the token must be printable ASCII".to_string(),
-                )
-            })?),
-            None => None,
-        };
-        let client = FlightServiceClient::with_interceptor(channel, BearerToken(header))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+        let client = flight_client::connect(address, token).await?;
         Ok(Self {
             address: address.to_string(),
             client,
@@ -155,15 +112,4 @@ impl RemoteSession {
             _ => DataFusionError::Execution(message),
         }
     }
-}
-
-fn source_text(e: &dyn std::error::Error) -> String {
-    let mut text = String::new();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

@@ -26,11 +26,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
+use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 
 use crate::codec::IcemergePhysicalCodec;
-
-/// Largest gRPC message an executor accepts or sends.
-const MAX_MESSAGE: u32 = 256 * 1024 * 1024;
 
 /// How an executor process is started.
 #[derive(Debug, Clone)]
@@ -80,8 +78,8 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
             TaskSchedulingPolicy::PullStaged
         },
         work_dir: options.work_dir.map(|d| d.to_string_lossy().to_string()),
-        grpc_max_decoding_message_size: MAX_MESSAGE,
-        grpc_max_encoding_message_size: MAX_MESSAGE,
+        grpc_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
+        grpc_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
         executor_heartbeat_interval_seconds: 5,
         override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::default())),
         override_execution_engine: Some(Arc::new(FreshPlanEngine::default())),

@@ -1,4 +1,4 @@
-//! icemerge-planner: SQL statements → plans. DDL parsing, system tables,
+//! icemerge-planner: SQL statements → plans. DDL parsing,
 //! MERGE binding and classification, the source-key probe for dynamic
 //! pruning, and EXPLAIN rendering.
 
@@ -6,4 +6,3 @@ pub mod ddl;
 pub mod explain;
 pub mod merge;
 pub mod source_keys;
-pub mod system_tables;

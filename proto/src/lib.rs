@@ -5,6 +5,10 @@
 //! The messages are protobuf (prost) messages declared in Rust, so the build
 //! needs no protobuf compiler. Field numbers are the contract: never reuse one.
 
+pub mod error;
+pub mod limits;
+pub mod progress;
+
 use std::collections::HashMap;
 
 /// Envelope for every icemerge physical operator that crosses the wire.

@@ -1,25 +1,23 @@
-//! icemerge-scheduler: the coordinator. Catalog access, the DataFusion view
-//! of the catalog, statement dispatch (`Session`), the engines (local and
-//! Ballista), the in-process cluster, the commit protocol, and the
-//! `icemerge-scheduler` process (Ballista scheduler service + Flight SQL).
+//! icemerge-scheduler: the coordinator. Each folder is one concern:
+//!
+//! - `session`: statements — dispatch, DDL, INSERT, MERGE, output;
+//! - `catalog`: the Iceberg catalog and warehouse, as DataFusion sees them;
+//! - `merge`: planning a MERGE's stage graph (pruning, checks) and reading
+//!   its outcome;
+//! - `commit`: ONE snapshot per write and the catalog compare-and-swap;
+//! - `engine`: where plans run — local DataFusion, the in-process Ballista
+//!   cluster, a running scheduler — and job control;
+//! - `server`: the `icemerge-scheduler` process (Ballista scheduler service,
+//!   Flight SQL, progress).
 
 pub mod catalog;
-pub mod catalog_provider;
 pub mod catalog_swap;
-pub mod cluster;
 pub mod commit;
-pub mod dynamic_pruning;
 pub mod engine;
-pub mod filter_pushdown;
-pub mod flight_sql;
 pub mod merge;
 pub mod overwrite_commit;
-pub mod scheduler_process;
+pub mod server;
 pub mod session;
-pub mod shipped_plan;
-pub mod table_functions;
-pub mod table_provider;
-pub mod task_tracker;
 
 pub use catalog::{CatalogOptions, S3Options, DEFAULT_CATALOG_NAME};
 pub use engine::{EngineKind, SchedulerTarget};

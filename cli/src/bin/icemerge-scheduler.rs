@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use icemerge_scheduler::scheduler_process::{start, SchedulerProcessOptions};
+use icemerge_scheduler::server::{start, SchedulerProcessOptions};
 
 #[path = "../catalog_args.rs"]
 mod catalog_args;

@@ -53,50 +53,15 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::scheduler_process::JobProgress;
+use icemerge_proto::limits::MAX_MESSAGE_BYTES;
+use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
+
+use super::auth::Auth;
+use super::progress::JobProgress;
 use crate::session::{Session, StatementOutput};
 
 /// How long an unfetched query result is kept.
 pub const RESULT_TTL: Duration = Duration::from_secs(600);
-
-/// Largest Flight message sent or accepted.
-const MAX_MESSAGE: usize = 256 * 1024 * 1024;
-
-/// The Flight SQL port's authentication.
-#[derive(Debug, Clone, Default)]
-pub struct Auth {
-    /// The bearer token every call must carry; `None`: no check.
-    pub token: Option<String>,
-}
-
-impl Auth {
-    /// Lets a request through only with `authorization: Bearer <token>`.
-    #[allow(clippy::result_large_err)]
-    pub fn check(&self, request: Request<()>) -> Result<Request<()>, Status> {
-        let Some(token) = &self.token else {
-            return Ok(request);
-        };
-        let given = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        match given {
-            Some(given) if constant_time_eq(given.as_bytes(), token.as_bytes()) => Ok(request),
-            Some(_) => Err(Status::unauthenticated("invalid bearer token")),
-            None => Err(Status::unauthenticated(
-                "this icemerge scheduler requires 'authorization: Bearer <token>'",
-            )),
-        }
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 /// Serves Flight SQL on `listener` until an error.
 pub async fn serve_flight_sql(
@@ -108,8 +73,8 @@ pub async fn serve_flight_sql(
     let mut service = IcemergeFlightSql::new(session);
     service.progress = progress;
     let service = FlightServiceServer::new(service)
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = InterceptedService::new(service, move |request| auth.check(request));
     tonic::transport::Server::builder()
         .add_service(service)
@@ -130,28 +95,6 @@ pub struct IcemergeFlightSql {
     running: Arc<tokio::sync::Mutex<()>>,
     results: Mutex<HashMap<String, StoredResult>>,
     progress: Option<JobProgress>,
-}
-
-/// The name of the progress action.
-pub const PROGRESS_ACTION: &str = "icemerge.progress";
-
-/// One stage of the running job.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StageProgress {
-    pub stage: usize,
-    /// Ballista's stage state: Unresolved, Resolved, Running, Successful, Failed.
-    pub status: String,
-    /// Tasks finished.
-    pub done: usize,
-    /// Tasks of the stage (None until it runs).
-    pub total: Option<usize>,
-}
-
-/// The answer of the progress action.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-pub struct JobProgressReport {
-    pub job: Option<String>,
-    pub stages: Vec<StageProgress>,
 }
 
 impl IcemergeFlightSql {

@@ -31,7 +31,7 @@ pub struct ReadFileFunction {
 }
 
 impl ReadFileFunction {
-    fn name(&self) -> &'static str {
+    pub fn name(&self) -> &'static str {
         match self.kind {
             FileKind::Parquet => "read_parquet",
             FileKind::Csv => "read_csv",

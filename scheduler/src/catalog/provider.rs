@@ -8,15 +8,15 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use super::system_tables;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider};
 use datafusion::datasource::TableProvider;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use icemerge_executor::iceberg_err;
-use icemerge_planner::system_tables;
 
-use crate::table_provider::IcebergTableProvider;
+use super::table::IcebergTableProvider;
 
 type LocalTables = Arc<RwLock<HashMap<String, HashMap<String, Arc<dyn TableProvider>>>>>;
 

@@ -9,7 +9,7 @@
 //! the stage plan, so that its metrics are its own.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
@@ -21,12 +21,10 @@ use ballista_core::serde::scheduler::{
 use ballista_core::serde::BallistaCodec;
 use ballista_core::utils::{create_grpc_server, GrpcServerConfig};
 use ballista_core::{ConfigProducer, RuntimeProducer};
-use ballista_executor::execution_engine::QueryStageExecutor;
 use ballista_executor::executor::Executor;
 use ballista_executor::executor_process::ExecutorProcessConfig;
 use ballista_executor::executor_server;
 use ballista_executor::flight_service::BallistaFlightService;
-use ballista_executor::metrics::ExecutorMetricsCollector;
 use ballista_executor::shutdown::ShutdownNotifier;
 use ballista_scheduler::cluster::BallistaCluster;
 use ballista_scheduler::config::SchedulerConfig;
@@ -35,100 +33,16 @@ use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::execution::SessionStateBuilder;
-use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use icemerge_executor::codec::IcemergePhysicalCodec;
 use icemerge_executor::process::FreshPlanEngine;
+use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 use tokio::net::TcpListener;
 
-use crate::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
-use crate::task_tracker::{TaskTracker, TrackingEngine};
-
-/// One task run by an executor, as recorded after it finished.
-#[derive(Debug, Clone)]
-pub struct TaskRecord {
-    pub executor_id: String,
-    pub job_id: String,
-    pub stage_id: usize,
-    pub partition: usize,
-    /// One metrics set per operator of the stage plan, top-down.
-    pub metrics: Vec<MetricsSet>,
-}
-
-/// Shared list of finished tasks.
-#[derive(Debug, Default, Clone)]
-pub struct TaskLedger(Arc<Mutex<Vec<TaskRecord>>>);
-
-impl TaskLedger {
-    /// Records one finished task.
-    pub fn record(&self, task: TaskRecord) {
-        self.0.lock().expect("ledger lock").push(task);
-    }
-
-    /// Tasks of one job, in completion order.
-    pub fn tasks_of(&self, job_id: &str) -> Vec<TaskRecord> {
-        self.0
-            .lock()
-            .expect("ledger lock")
-            .iter()
-            .filter(|t| t.job_id == job_id)
-            .cloned()
-            .collect()
-    }
-}
-
-/// When each executor was last heard from (registration, heartbeat, task
-/// status), as seen by the `icemerge-scheduler` process.
-#[derive(Debug, Default, Clone)]
-pub struct ExecutorLiveness(Arc<Mutex<std::collections::HashMap<String, std::time::Instant>>>);
-
-impl ExecutorLiveness {
-    /// Records that `executor_id` was heard from now.
-    pub fn seen(&self, executor_id: &str) {
-        if executor_id.is_empty() {
-            return;
-        }
-        self.0
-            .lock()
-            .expect("liveness lock")
-            .insert(executor_id.to_string(), std::time::Instant::now());
-    }
-
-    /// Executors heard from within `within`.
-    pub fn alive(&self, within: std::time::Duration) -> Vec<String> {
-        self.0
-            .lock()
-            .expect("liveness lock")
-            .iter()
-            .filter(|(_, t)| t.elapsed() <= within)
-            .map(|(id, _)| id.clone())
-            .collect()
-    }
-}
-
-struct LedgerCollector {
-    executor_id: String,
-    ledger: TaskLedger,
-}
-
-impl ExecutorMetricsCollector for LedgerCollector {
-    fn record_stage(
-        &self,
-        job_id: &str,
-        stage_id: usize,
-        partition: usize,
-        plan: Arc<dyn QueryStageExecutor>,
-    ) {
-        self.ledger.record(TaskRecord {
-            executor_id: self.executor_id.clone(),
-            job_id: job_id.to_string(),
-            stage_id,
-            partition,
-            metrics: plan.collect_plan_metrics(),
-        });
-    }
-}
+use super::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
+use super::task_ledger::{LedgerCollector, TaskLedger};
+use super::task_tracker::{TaskTracker, TrackingEngine};
 
 /// A running in-process cluster.
 pub struct InProcessCluster {
@@ -140,9 +54,6 @@ pub struct InProcessCluster {
     _executors: Vec<ExecutorHandle>,
     _work_dirs: Vec<tempfile::TempDir>,
 }
-
-/// Largest gRPC message the cluster's services accept or send.
-const MAX_MESSAGE: usize = 256 * 1024 * 1024;
 
 fn codec() -> BallistaCodec<LogicalPlanNode, PhysicalPlanNode> {
     BallistaCodec::new(
@@ -219,7 +130,7 @@ async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
         default_metrics_collector().map_err(ballista_err)?,
     );
     server.init().await.map_err(ballista_err)?;
-    let max_message = MAX_MESSAGE;
+    let max_message = MAX_MESSAGE_BYTES;
     let service = SchedulerGrpcServer::new(server)
         .max_decoding_message_size(max_message)
         .max_encoding_message_size(max_message);
@@ -268,8 +179,8 @@ async fn start_executor(
     let flight = arrow_flight::flight_service_server::FlightServiceServer::new(
         BallistaFlightService::new(work_dir.clone()),
     )
-    .max_decoding_message_size(MAX_MESSAGE)
-    .max_encoding_message_size(MAX_MESSAGE);
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tokio::spawn(
         create_grpc_server(&GrpcServerConfig::default())
             .add_service(flight)
@@ -278,8 +189,8 @@ async fn start_executor(
     let client = SchedulerGrpcClient::connect(format!("http://127.0.0.1:{}", scheduler.port()))
         .await
         .map_err(ballista_err)?
-        .max_decoding_message_size(MAX_MESSAGE)
-        .max_encoding_message_size(MAX_MESSAGE);
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let shutdown = ShutdownNotifier::new();
     let (stop_send, stop) = tokio::sync::mpsc::channel(10);
     // Push scheduling: the scheduler launches (and cancels) tasks through
@@ -328,8 +239,8 @@ async fn start_executor(
             concurrent_tasks: slots,
             task_scheduling_policy: TaskSchedulingPolicy::PushStaged,
             work_dir: Some(work_dir.clone()),
-            grpc_max_decoding_message_size: MAX_MESSAGE as u32,
-            grpc_max_encoding_message_size: MAX_MESSAGE as u32,
+            grpc_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
+            grpc_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
             ..Default::default()
         });
         match executor_server::startup(

@@ -24,7 +24,7 @@ use icemerge_executor::iceberg_err;
 use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
 use icemerge_executor::write_exec::IcebergWriteExec;
 
-use crate::filter_pushdown::to_iceberg_predicate;
+use super::filter_pushdown::to_iceberg_predicate;
 
 /// One Iceberg table at one snapshot.
 #[derive(Debug, Clone)]

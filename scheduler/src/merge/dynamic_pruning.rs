@@ -13,18 +13,25 @@
 //! (no probe then) and when the source is not deterministic (a second read
 //! could see other keys).
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use arrow::datatypes::{DataType, Schema};
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
-use datafusion::error::Result;
+use datafusion::datasource::provider_as_source;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::functions_aggregate::expr_fn::{count, max, min};
 use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{col, lit, SessionContext};
 use iceberg::expr::Predicate;
+use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
-use crate::filter_pushdown::to_iceberg_predicate;
+use crate::catalog::filter_pushdown::to_iceberg_predicate;
+use crate::catalog::IcebergTableProvider;
 
 /// At most this many distinct source values of a key are listed one by one;
 /// beyond it the key prunes by its min / max range.
@@ -181,6 +188,56 @@ fn is_volatile(plan: &LogicalPlan) -> Result<bool> {
         })
     })?;
     Ok(volatile)
+}
+
+/// The source side of the merge's join (the first join of the plan).
+pub(super) fn join_source(plan: &LogicalPlan) -> Result<LogicalPlan> {
+    let mut source = None;
+    plan.apply(|node| {
+        if let LogicalPlan::Join(join) = node {
+            source = Some(join.right.as_ref().clone());
+            return Ok(TreeNodeRecursion::Stop);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    source.ok_or_else(|| DataFusionError::Internal("MERGE plan without a join".into()))
+}
+
+/// `plan` with the scan of `relation` reading through `provider` instead.
+pub(super) fn with_target_provider(
+    plan: LogicalPlan,
+    relation: &str,
+    provider: Arc<IcebergTableProvider>,
+) -> Result<LogicalPlan> {
+    plan.transform_up(|node| match node {
+        LogicalPlan::TableScan(mut scan) if scan.table_name.table() == relation => {
+            scan.source = provider_as_source(provider.clone());
+            Ok(Transformed::yes(LogicalPlan::TableScan(scan)))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+}
+
+/// The record count of every data file the plan's row-id scan reads, and
+/// how many files it pruned.
+pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u64>, u64) {
+    let mut rows = HashMap::new();
+    let mut pruned = 0;
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
+            if scan.row_ids {
+                pruned += scan.files_pruned;
+                for task in scan.groups.iter().flatten() {
+                    if let Some(n) = task.record_count {
+                        rows.insert(task.data_file_path.clone(), n);
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (rows, pruned)
 }
 
 #[cfg(test)]

@@ -1,0 +1,18 @@
+//! The catalog side of the coordinator: opening the Iceberg SQL catalog and
+//! its warehouse (`open`), the catalog as DataFusion's catalog of schemas and
+//! tables (`provider`), an Iceberg table as a DataFusion table pinned to one
+//! snapshot (`table`), pushed filters as Iceberg predicates
+//! (`filter_pushdown`) and files outside the catalog as table sources
+//! (`table_functions`: `read_parquet`, `read_csv`).
+
+pub mod filter_pushdown;
+pub mod open;
+pub mod provider;
+pub mod system_tables;
+pub mod table;
+pub mod table_functions;
+
+pub(crate) use open::redact;
+pub use open::{open_catalog, CatalogOptions, OpenCatalog, S3Options, DEFAULT_CATALOG_NAME};
+pub use provider::IcebergCatalogProvider;
+pub use table::IcebergTableProvider;

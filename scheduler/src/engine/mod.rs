@@ -1,0 +1,162 @@
+//! The engines that run a physical plan: `Local` executes it in this
+//! process with DataFusion; `Cluster` ships it to a Ballista scheduler
+//! (through `ShippedPlanNode`), which runs its stages as tasks on executors —
+//! either the in-process cluster's scheduler or, in the `icemerge-scheduler`
+//! process, the scheduler service that process runs (`Scheduler`).
+//!
+//! - `shipped_plan`: how a physical plan travels to Ballista;
+//! - `in_process_cluster`: a scheduler and executors in this process;
+//! - `job_control`: the running job, and cancelling it;
+//! - `task_ledger`: finished tasks and executor liveness;
+//! - `task_tracker`: tasks running now (a failed job is drained before
+//!   cleanup);
+//! - `executor_watch`: a job whose executor falls silent is cancelled.
+
+mod executor_watch;
+mod in_process_cluster;
+mod job_control;
+mod shipped_plan;
+mod task_ledger;
+mod task_tracker;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow::record_batch::RecordBatch;
+use ballista_core::execution_plans::DistributedQueryExec;
+use ballista_core::extension::SessionConfigExt;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::{collect, ExecutionPlan};
+use datafusion::prelude::SessionContext;
+use datafusion_proto::protobuf::LogicalPlanNode;
+
+use executor_watch::watch_executors;
+use shipped_plan::ShippedPlanNode;
+
+pub use in_process_cluster::InProcessCluster;
+pub use job_control::{cancel_job, ActiveStatement, JobControl, CANCELLED};
+pub use shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec, ShippedPlanQueryPlanner};
+pub use task_ledger::{ExecutorLiveness, TaskLedger, TaskRecord};
+pub use task_tracker::{TaskTracker, TrackingEngine};
+
+/// How long a failed job's remaining tasks are waited for.
+const JOB_DRAIN_LIMIT: Duration = Duration::from_secs(600);
+
+/// Which engine runs statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineKind {
+    /// DataFusion in this process (the default).
+    #[default]
+    Local,
+    /// Ballista: an in-process scheduler and executors.
+    Cluster,
+}
+
+/// A Ballista scheduler that is already running (not started by the
+/// session), with the ledger its task status updates are recorded in.
+#[derive(Debug, Clone)]
+pub struct SchedulerTarget {
+    /// `http://HOST:PORT` of the scheduler's gRPC service.
+    pub url: String,
+    /// Finished tasks as reported to that scheduler by its executors.
+    pub ledger: TaskLedger,
+    /// When each executor was last heard from.
+    pub liveness: ExecutorLiveness,
+    /// An executor silent this long during a job is taken as lost: the job
+    /// is cancelled and the statement fails (Ballista 53 can stall a job
+    /// whose executor died instead of re-running its tasks).
+    pub executor_timeout: Duration,
+}
+
+/// A running engine.
+pub enum Engine {
+    Local,
+    Cluster(Arc<InProcessCluster>),
+    Scheduler(SchedulerTarget),
+}
+
+/// What running a plan produced.
+pub struct PlanRun {
+    pub batches: Vec<RecordBatch>,
+    /// The Ballista job id (cluster engine only).
+    pub job_id: Option<String>,
+}
+
+impl Engine {
+    /// The URL of the Ballista scheduler jobs are submitted to.
+    pub fn scheduler_url(&self) -> Option<String> {
+        match self {
+            Engine::Local => None,
+            Engine::Cluster(cluster) => Some(cluster.scheduler_url()),
+            Engine::Scheduler(target) => Some(target.url.clone()),
+        }
+    }
+
+    /// The ledger of finished tasks (Ballista engines only).
+    pub fn ledger(&self) -> Option<&TaskLedger> {
+        match self {
+            Engine::Local => None,
+            Engine::Cluster(cluster) => Some(&cluster.ledger),
+            Engine::Scheduler(target) => Some(&target.ledger),
+        }
+    }
+
+    /// Runs `plan` to completion and returns its output; a Ballista job is
+    /// registered in `control` while it runs.
+    pub async fn run(
+        &self,
+        ctx: &SessionContext,
+        plan: Arc<dyn ExecutionPlan>,
+        control: &JobControl,
+    ) -> Result<PlanRun> {
+        control.check()?;
+        match self.scheduler_url() {
+            None => Ok(PlanRun {
+                batches: collect(plan, ctx.task_ctx()).await?,
+                job_id: None,
+            }),
+            Some(scheduler_url) => {
+                let logical = ShippedPlanNode::new(plan)?.into_logical_plan();
+                let config = ctx.copied_config();
+                let exec = Arc::new(DistributedQueryExec::<LogicalPlanNode>::with_extension(
+                    scheduler_url.clone(),
+                    config.ballista_config(),
+                    logical,
+                    Arc::new(IcemergeLogicalCodec::default()),
+                    ctx.session_id(),
+                ));
+                let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
+                *control.running.lock().expect("job lock") = Some(exec.clone());
+                let batches = match self {
+                    Engine::Scheduler(target) => {
+                        watch_executors(target, &scheduler_url, exec.clone(), task_ctx).await
+                    }
+                    _ => collect(exec.clone(), task_ctx).await,
+                };
+                *control.running.lock().expect("job lock") = None;
+                let job_id = exec.job_id();
+                if let (Engine::Cluster(cluster), Err(_), Some(job)) = (self, &batches, &job_id) {
+                    // A failed job's other tasks may still be writing files:
+                    // the caller's cleanup must come after them.
+                    if !cluster.running.fail_and_drain(job, JOB_DRAIN_LIMIT).await {
+                        tracing::warn!(
+                            "tasks of failed job {job} still run after {JOB_DRAIN_LIMIT:?}"
+                        );
+                    }
+                }
+                if control.cancel_requested.load(Ordering::SeqCst) && batches.is_err() {
+                    return Err(DataFusionError::Execution(format!(
+                        "{CANCELLED} (job {})",
+                        job_id.unwrap_or_default()
+                    )));
+                }
+                Ok(PlanRun {
+                    batches: batches?,
+                    job_id,
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Running a `MERGE INTO`: plan the five-stage graph, run it on the engine,
+//! commit one snapshot.
+//!
+//! Stages, and where their coordinator side lives here:
+//!
+//! - A: target scan (row-id) — `IcebergScanExec` with `_file` / `_pos`, all
+//!   tasks reading the snapshot pinned at plan time; its files are pruned by
+//!   ON conjuncts on the target alone and by the source's key values
+//!   (`dynamic_pruning`);
+//! - B: source scan — whatever DataFusion plans for the USING relation;
+//! - C: join / classify — DataFusion's hash join (keys from the ON
+//!   equalities, the rest as join filter) and the classification projection
+//!   (`icemerge_planner::merge::classify_sql`);
+//! - D: writer — merge rows hash-partitioned by data file (inserts spread),
+//!   `CopyOnWriteWriterExec` per partition, which also fails the statement on
+//!   a duplicate match;
+//! - E: commit — here, after the job: `append` when the merge only inserted,
+//!   otherwise an `overwrite` snapshot; the pointer swap is a compare-and-swap
+//!   (`outcome`, over `crate::commit`).
+//!
+//! Plan-time checks are in `checks`, the spread of inserted rows over
+//! writers in `insert_routes`.
+
+mod checks;
+mod dynamic_pruning;
+mod insert_routes;
+mod outcome;
+
+use std::sync::Arc;
+
+use datafusion::common::ScalarValue;
+use datafusion::error::Result;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use iceberg::table::Table;
+use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
+use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
+use icemerge_planner::source_keys::source_key_probe;
+
+use crate::catalog::IcebergTableProvider;
+use checks::{check_assignment_types, check_join_keys, explain_bind_error};
+use dynamic_pruning::{
+    join_source, probe_source_keys, target_files, with_target_provider, DISTINCT_LIMIT,
+};
+use insert_routes::insert_routes;
+
+pub use outcome::{collect_fragments, commit_merge, discard_uncommitted, MergeOutcome};
+
+/// A planned MERGE, ready to run or to explain.
+pub struct PlannedMerge {
+    pub bound: BoundMerge,
+    pub base: Table,
+    pub table_name: String,
+    pub write_id: String,
+    /// The whole physical plan, rooted at the writer.
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// Data files of the target that the scan does not read (pruned).
+    pub files_pruned: u64,
+}
+
+/// Plans `merge` against `base` (the target at its current snapshot).
+pub async fn plan_merge(
+    ctx: &datafusion::prelude::SessionContext,
+    merge: datafusion::sql::sqlparser::ast::Merge,
+    base: Table,
+    table_name: String,
+    file_io_props: std::collections::HashMap<String, String>,
+    writers: usize,
+) -> Result<PlannedMerge> {
+    let bound = bind_merge(merge)?;
+    let provider =
+        IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?
+            .with_row_ids();
+    let columns: Vec<String> = provider.schema.fields()[..provider.schema.fields().len() - 2]
+        .iter()
+        .map(|f| f.name().clone())
+        .collect();
+    let target_schema = provider.schema.clone();
+    let relation = format!("__icemerge_target_{}", uuid::Uuid::new_v4().simple());
+    ctx.register_table(relation.as_str(), Arc::new(provider.clone()))?;
+    let planned = async {
+        check_assignment_types(ctx, &bound, &relation, &columns, &target_schema).await?;
+        let sql = classify_sql(&bound, &relation, &columns)?;
+        let logical = ctx
+            .state()
+            .create_logical_plan(&sql)
+            .await
+            .map_err(|e| explain_bind_error(e, &bound))?;
+        check_join_keys(&logical, &bound)?;
+        let keys = match source_key_probe(&bound, &columns, DISTINCT_LIMIT)? {
+            Some(probe) => {
+                probe_source_keys(ctx, join_source(&logical)?, &probe, &target_schema).await?
+            }
+            None => None,
+        };
+        let logical = match keys.as_ref().and_then(|k| k.predicate.clone()) {
+            Some(predicate) => with_target_provider(
+                logical,
+                &relation,
+                Arc::new(provider.clone().with_pruning(predicate)),
+            )?,
+            None => logical,
+        };
+        let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
+        let logical = logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])?;
+        ctx.state().create_physical_plan(&logical).await
+    }
+    .await;
+    ctx.deregister_table(relation.as_str())?;
+    let classified = planned?;
+    let (file_rows, files_pruned) = target_files(&classified);
+
+    // Stage D's input: every merge row of one data file goes to one writer;
+    // inserts (no file) are spread by the route column.
+    let route = classified.schema().index_of("__icemerge_route")?;
+    let exchange = Arc::new(RepartitionExec::try_new(
+        classified,
+        Partitioning::Hash(
+            vec![Arc::new(Column::new("__icemerge_route", route))],
+            writers.max(1),
+        ),
+    )?);
+    let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
+    let writer = Arc::new(
+        CopyOnWriteWriterExec::new(
+            table_name.clone(),
+            base.metadata_ref(),
+            file_io_props,
+            write_id.clone(),
+            exchange,
+        )
+        .with_file_rows(Arc::new(file_rows)),
+    );
+    Ok(PlannedMerge {
+        bound,
+        base,
+        table_name,
+        write_id,
+        plan: writer,
+        files_pruned,
+    })
+}

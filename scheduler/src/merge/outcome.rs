@@ -1,0 +1,120 @@
+//! What a merge did, read from its writers' commit fragments, and what
+//! becomes of it: committed as one snapshot (`append` when it only
+//! inserted, otherwise `overwrite`), and the statement's files that the
+//! commit does not keep deleted.
+
+use std::collections::{BTreeMap, HashSet};
+
+use arrow::array::{Array, AsArray};
+use arrow::datatypes::UInt64Type;
+use arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
+use iceberg::table::Table;
+use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
+use icemerge_executor::iceberg_err;
+
+use super::PlannedMerge;
+
+/// What a MERGE did.
+#[derive(Debug, Default, Clone)]
+pub struct MergeOutcome {
+    pub stats: BTreeMap<String, u64>,
+    pub added: Vec<DataFile>,
+    pub removed: Vec<String>,
+}
+
+impl MergeOutcome {
+    pub fn stat(&self, name: &str) -> u64 {
+        self.stats.get(name).copied().unwrap_or(0)
+    }
+}
+
+/// Reads the writers' fragments: added files, removed paths, counters.
+pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeOutcome> {
+    let metadata = base.metadata();
+    let spec = metadata.default_partition_spec();
+    let mut outcome = MergeOutcome::default();
+    let mut removed = HashSet::new();
+    for batch in batches {
+        let kinds = batch.column(0).as_string::<i32>();
+        let values = batch.column(1).as_string::<i32>();
+        let counts = batch.column(2).as_primitive::<UInt64Type>();
+        for i in 0..batch.num_rows() {
+            match kinds.value(i) {
+                "added" => outcome.added.push(
+                    deserialize_data_file_from_json(
+                        values.value(i),
+                        spec.spec_id(),
+                        metadata.default_partition_type(),
+                        metadata.current_schema(),
+                    )
+                    .map_err(iceberg_err)?,
+                ),
+                "removed" => {
+                    let path = values.value(i).to_string();
+                    if !removed.insert(path.clone()) {
+                        return Err(DataFusionError::Internal(format!(
+                            "MERGE: data file {path} was rewritten by two writers"
+                        )));
+                    }
+                    outcome.removed.push(path);
+                }
+                _ if !counts.is_null(i) => {
+                    *outcome
+                        .stats
+                        .entry(values.value(i).to_string())
+                        .or_default() += counts.value(i);
+                }
+                _ => {}
+            }
+        }
+    }
+    outcome
+        .stats
+        .insert("files_added".into(), outcome.added.len() as u64);
+    outcome
+        .stats
+        .insert("files_removed".into(), outcome.removed.len() as u64);
+    Ok(outcome)
+}
+
+/// Commits a merge's outcome; returns the new snapshot id (None: no change).
+pub async fn commit_merge(
+    catalog: &crate::catalog::OpenCatalog,
+    catalog_uri: &str,
+    planned: &PlannedMerge,
+    outcome: &MergeOutcome,
+) -> Result<Option<i64>> {
+    use crate::overwrite_commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
+    if outcome.added.is_empty() && outcome.removed.is_empty() {
+        return Ok(None);
+    }
+    let mut summary = std::collections::HashMap::new();
+    for (k, v) in &outcome.stats {
+        summary.insert(format!("icemerge.{k}"), v.to_string());
+    }
+    let operation = if outcome.removed.is_empty() {
+        Operation::Append
+    } else {
+        Operation::Overwrite
+    };
+    let commit = OverwriteCommit {
+        added: outcome.added.clone(),
+        removed: outcome.removed.iter().cloned().collect(),
+        summary,
+        operation,
+    };
+    match commit_overwrite(catalog_uri, &catalog.name, &planned.base, commit).await? {
+        CommitOutcome::Committed { snapshot_id } => Ok(Some(snapshot_id)),
+        CommitOutcome::NothingToCommit => Ok(None),
+    }
+}
+
+/// Deletes the files of this merge that are not part of the commit: all of
+/// them after a failure, those of discarded task attempts after a success.
+pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
+    let location = data_location(planned.base.metadata());
+    let keep: Vec<&str> = keep.iter().map(|f| f.file_path()).collect();
+    delete_files_with_prefix_except(&location, &planned.write_id, &keep)
+}

@@ -1,0 +1,18 @@
+//! The `icemerge-scheduler` process: the coordinator's servers.
+//!
+//! - `scheduler_process`: starts the Ballista scheduler (gRPC + REST on one
+//!   port) and the Flight SQL server over one coordinator `Session`;
+//! - `ledger_service`: Ballista's scheduler service with task statuses and
+//!   executor liveness recorded for the coordinator;
+//! - `flight_sql`: the Flight SQL front door for clients;
+//! - `auth`: the bearer-token check of the Flight SQL port;
+//! - `progress`: per-stage progress of the running job.
+
+pub mod auth;
+pub mod flight_sql;
+mod ledger_service;
+pub mod progress;
+pub mod scheduler_process;
+
+pub use auth::Auth;
+pub use scheduler_process::{check_bind, start, RunningScheduler, SchedulerProcessOptions};

@@ -1,0 +1,300 @@
+//! A `Session` runs SQL statements against the Iceberg catalog on one engine.
+//! It owns the DataFusion context (with the Iceberg catalog as its default
+//! catalog) and dispatches each statement: DDL to the catalog (`ddl`),
+//! INSERT (`insert`) and MERGE (`merge`) to the engine and then the commit,
+//! everything else to the engine as one physical plan.
+//!
+//! - `options`: how a session is opened, the DataFusion settings;
+//! - `names`: table and namespace names;
+//! - `output`: what a statement gives back;
+//! - `metrics`: the last plan's operator counters;
+//! - `explain_analyze`: EXPLAIN ANALYZE's figures.
+
+mod ddl;
+mod explain_analyze;
+mod insert;
+mod merge;
+mod metrics;
+mod names;
+mod options;
+mod output;
+
+use std::sync::{Arc, Mutex};
+
+use arrow::record_batch::RecordBatch;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::SessionStateBuilder;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::parser::{DFParser, Statement as DFStatement};
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use datafusion::sql::sqlparser::dialect::GenericDialect;
+use iceberg::Catalog;
+use icemerge_executor::write_exec::IcebergWriteExec;
+use icemerge_planner::ddl::{parse_create_table, split_statements};
+use icemerge_planner::merge as merge_sql;
+
+use crate::catalog::table_functions::{FileKind, ReadFileFunction};
+use crate::catalog::{open_catalog, IcebergCatalogProvider, OpenCatalog};
+use crate::engine::{Engine, EngineKind, InProcessCluster, JobControl, SchedulerTarget};
+
+pub use metrics::OperatorMetrics;
+pub use names::DEFAULT_NAMESPACE;
+pub use options::{cores, local_session_config, session_config, SessionOptions};
+pub use output::StatementOutput;
+
+/// A SQL session on one catalog and engine.
+pub struct Session {
+    ctx: SessionContext,
+    catalog: OpenCatalog,
+    provider: Arc<IcebergCatalogProvider>,
+    engine: Engine,
+    last_job: Mutex<Option<String>>,
+    last_metrics: Mutex<OperatorMetrics>,
+    control: JobControl,
+}
+
+impl Session {
+    /// Opens the catalog and starts the engine.
+    pub async fn open(options: SessionOptions) -> Result<Self> {
+        let executors = options.executors.unwrap_or_else(cores).max(1);
+        let target_partitions = options
+            .target_partitions
+            .unwrap_or_else(|| match options.engine {
+                EngineKind::Local => cores(),
+                EngineKind::Cluster => (2 * executors).max(cores()),
+            });
+        let (config, engine) = match options.engine {
+            EngineKind::Local => (local_session_config(target_partitions), Engine::Local),
+            EngineKind::Cluster => {
+                let config = session_config(target_partitions);
+                let cluster = InProcessCluster::start(config.clone(), executors, 2).await?;
+                (config, Engine::Cluster(Arc::new(cluster)))
+            }
+        };
+        Self::open_with_engine(&options, config, engine).await
+    }
+
+    /// Opens the catalog and runs every plan on an already running Ballista
+    /// scheduler (the `icemerge-scheduler` process's own). `options.engine`
+    /// and `options.executors` are ignored; partitions per stage default to
+    /// twice the available cores (at least 4).
+    pub async fn open_on_scheduler(
+        options: SessionOptions,
+        scheduler: SchedulerTarget,
+    ) -> Result<Self> {
+        let target_partitions = options
+            .target_partitions
+            .unwrap_or_else(|| (2 * cores()).max(4));
+        let config = session_config(target_partitions);
+        Self::open_with_engine(&options, config, Engine::Scheduler(scheduler)).await
+    }
+
+    async fn open_with_engine(
+        options: &SessionOptions,
+        config: SessionConfig,
+        engine: Engine,
+    ) -> Result<Self> {
+        let catalog = open_catalog(&options.catalog).await?;
+        let state = SessionStateBuilder::new()
+            .with_config(config.clone())
+            .with_default_features()
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        let provider = Arc::new(IcebergCatalogProvider::new(
+            catalog.catalog.clone(),
+            catalog.file_io_props.clone(),
+        ));
+        provider.refresh().await?;
+        ctx.register_catalog(catalog.name.clone(), provider.clone());
+        for kind in [FileKind::Parquet, FileKind::Csv] {
+            let function = ReadFileFunction {
+                kind,
+                config: config.clone(),
+            };
+            ctx.register_udtf(function.name(), Arc::new(function));
+        }
+        Ok(Self {
+            ctx,
+            catalog,
+            provider,
+            engine,
+            last_job: Mutex::new(None),
+            control: JobControl::default(),
+            last_metrics: Mutex::new(OperatorMetrics::default()),
+        })
+    }
+
+    /// The DataFusion context (for planning in tests and tools).
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The Iceberg catalog.
+    pub fn catalog(&self) -> Arc<dyn Catalog> {
+        self.catalog.catalog.clone()
+    }
+
+    /// The in-process cluster, when the engine is `cluster`.
+    pub fn cluster(&self) -> Option<&InProcessCluster> {
+        match &self.engine {
+            Engine::Cluster(c) => Some(c),
+            Engine::Local | Engine::Scheduler(_) => None,
+        }
+    }
+
+    /// The Ballista job id of the last statement run on the cluster.
+    pub fn last_job_id(&self) -> Option<String> {
+        self.last_job.lock().expect("lock").clone()
+    }
+
+    /// Counters summed over every operator and task of the last plan run
+    /// (e.g. `files_scanned`, `bytes_scanned`, `rows_written`).
+    pub fn last_metrics(&self) -> OperatorMetrics {
+        self.last_metrics.lock().expect("lock").clone()
+    }
+
+    /// Runs every statement of `sql` in order; stops at the first error.
+    pub async fn execute(&self, sql: &str) -> Result<Vec<StatementOutput>> {
+        let mut outputs = vec![];
+        for statement in split_statements(sql)? {
+            outputs.push(self.execute_one(&statement).await?);
+        }
+        Ok(outputs)
+    }
+
+    /// Cancels the statement executing on this session (from another task):
+    /// its Ballista job is cancelled, so the statement fails, commits nothing
+    /// and deletes the files it wrote. Returns the cancelled job's id, None
+    /// if no job was running (local engine, or nothing to cancel).
+    pub async fn cancel(&self) -> Result<Option<String>> {
+        match self.engine.scheduler_url() {
+            Some(url) => {
+                self.control
+                    .cancel(&url, std::time::Duration::from_secs(30))
+                    .await
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// The Ballista job the executing statement is running now, if any.
+    pub fn running_job_id(&self) -> Option<String> {
+        self.control.running_job_id()
+    }
+
+    /// Runs one statement.
+    pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
+        let _active = self.control.begin();
+        match self.dispatch(sql).await {
+            Ok(out) => Ok(out),
+            Err(e) => Err(self.name_missing_namespace(e).await),
+        }
+    }
+
+    /// Routes one statement to what runs it.
+    async fn dispatch(&self, sql: &str) -> Result<StatementOutput> {
+        if let Some(create) = parse_create_table(sql)? {
+            return self.create_table(create).await;
+        }
+        if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql) {
+            let merge = merge_sql::parse_merge(&merge_sql)?.ok_or_else(|| {
+                DataFusionError::Plan("EXPLAIN: expected a MERGE statement".into())
+            })?;
+            return self.run_merge(merge, Some(mode)).await;
+        }
+        if let Some(merge) = merge_sql::parse_merge(sql)? {
+            return self.run_merge(merge, None).await;
+        }
+        let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
+            .map_err(|e| DataFusionError::Plan(format!("SQL syntax error: {e}")))?;
+        let statement = match (statements.pop_front(), statements.is_empty()) {
+            (Some(s), true) => s,
+            _ => {
+                return Err(DataFusionError::Plan(
+                    "expected exactly one statement".into(),
+                ))
+            }
+        };
+        if let DFStatement::Statement(inner) = &statement {
+            match inner.as_ref() {
+                Statement::CreateSchema {
+                    schema_name,
+                    if_not_exists,
+                    ..
+                } => {
+                    return self
+                        .create_schema(&schema_name.to_string(), *if_not_exists)
+                        .await;
+                }
+                Statement::Drop {
+                    object_type: ObjectType::Table,
+                    if_exists,
+                    names,
+                    ..
+                } => return self.drop_tables(names, *if_exists).await,
+                Statement::Drop {
+                    object_type: ObjectType::Schema,
+                    if_exists,
+                    names,
+                    ..
+                } => return self.drop_schemas(names, *if_exists).await,
+                _ => {}
+            }
+        }
+        let plan = self.ctx.state().statement_to_plan(statement).await?;
+        self.run_logical(plan).await
+    }
+
+    /// Runs a statement DataFusion planned: its own DDL and EXPLAIN in
+    /// DataFusion, an INSERT through the commit, a query on the engine.
+    async fn run_logical(&self, plan: LogicalPlan) -> Result<StatementOutput> {
+        match &plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
+                self.ctx.execute_logical_plan(plan).await?.collect().await?;
+                return Ok(StatementOutput::done("OK"));
+            }
+            LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) | LogicalPlan::DescribeTable(_) => {
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                let schema = Arc::new(df.schema().as_arrow().clone());
+                return Ok(StatementOutput::Rows {
+                    schema,
+                    batches: df.collect().await?,
+                });
+            }
+            _ => {}
+        }
+        let physical = self.ctx.state().create_physical_plan(&plan).await?;
+        if let Some(writer) = physical.as_any().downcast_ref::<IcebergWriteExec>() {
+            let rows = self.run_insert(writer, physical.clone()).await?;
+            return Ok(StatementOutput::count(rows));
+        }
+        let schema = physical.schema();
+        let batches = self.run_plan(physical).await?;
+        Ok(StatementOutput::Rows { schema, batches })
+    }
+
+    /// Runs a physical plan on the engine and records its job and metrics.
+    async fn run_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
+        let run = self
+            .engine
+            .run(&self.ctx, plan.clone(), &self.control)
+            .await?;
+        let metrics = match (self.engine.ledger(), &run.job_id) {
+            (Some(ledger), Some(job)) => {
+                let mut totals = OperatorMetrics::default();
+                for task in ledger.tasks_of(job) {
+                    for set in &task.metrics {
+                        totals.add(set);
+                    }
+                }
+                totals
+            }
+            _ => OperatorMetrics::from_plan(plan.as_ref()),
+        };
+        *self.last_job.lock().expect("lock") = run.job_id.clone();
+        *self.last_metrics.lock().expect("lock") = metrics;
+        Ok(run.batches)
+    }
+}

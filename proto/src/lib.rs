@@ -1,6 +1,8 @@
 //! Wire contracts of icemerge: the messages that carry our physical plan
-//! nodes between the coordinator and executors (`plan_nodes`).
+//! nodes between the coordinator and executors (`plan_nodes`) and the merge
+//! rows that stage C of a MERGE hands to its writer (`merge_rows`).
 
+pub mod merge_rows;
 pub mod plan_nodes;
 
 pub use plan_nodes::*;

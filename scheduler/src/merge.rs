@@ -18,8 +18,6 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::UInt64Type;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
@@ -38,6 +36,7 @@ use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::merge::{assignment_probe, bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;
+use icemerge_proto::fragment::{self, Fragment};
 
 use crate::dynamic_pruning::{probe_source_keys, DISTINCT_LIMIT};
 use crate::table_provider::IcebergTableProvider;
@@ -326,22 +325,18 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
     let mut outcome = MergeOutcome::default();
     let mut removed = HashSet::new();
     for batch in batches {
-        let kinds = batch.column(0).as_string::<i32>();
-        let values = batch.column(1).as_string::<i32>();
-        let counts = batch.column(2).as_primitive::<UInt64Type>();
-        for i in 0..batch.num_rows() {
-            match kinds.value(i) {
-                "added" => outcome.added.push(
+        for entry in fragment::decode(batch)? {
+            match entry {
+                Fragment::AddedFile { data_file_json, .. } => outcome.added.push(
                     deserialize_data_file_from_json(
-                        values.value(i),
+                        &data_file_json,
                         spec.spec_id(),
                         metadata.default_partition_type(),
                         metadata.current_schema(),
                     )
                     .map_err(iceberg_err)?,
                 ),
-                "removed" => {
-                    let path = values.value(i).to_string();
+                Fragment::RemovedFile { path } => {
                     if !removed.insert(path.clone()) {
                         return Err(DataFusionError::Internal(format!(
                             "MERGE: data file {path} was rewritten by two writers"
@@ -349,13 +344,9 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
                     }
                     outcome.removed.push(path);
                 }
-                _ if !counts.is_null(i) => {
-                    *outcome
-                        .stats
-                        .entry(values.value(i).to_string())
-                        .or_default() += counts.value(i);
+                Fragment::Stat { name, count } => {
+                    *outcome.stats.entry(name).or_default() += count;
                 }
-                _ => {}
             }
         }
     }

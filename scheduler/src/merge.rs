@@ -32,7 +32,7 @@ use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
 use icemerge_executor::iceberg_err;
-use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
+use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::merge::{assignment_probe, bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;

@@ -18,7 +18,7 @@ use icemerge_proto::{
 };
 use prost::Message;
 
-use crate::merge_writer_exec::CopyOnWriteWriterExec;
+use crate::merge_writer::CopyOnWriteWriterExec;
 use crate::scan_exec::IcebergScanExec;
 use crate::write_exec::IcebergWriteExec;
 

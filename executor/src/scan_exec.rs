@@ -25,6 +25,7 @@ use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
+use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use crate::file_io::file_io_from_props;
 use crate::iceberg_err;
@@ -42,7 +43,8 @@ pub struct IcebergScanExec {
     /// (never filters rows), for display.
     pub dynamic_predicate: String,
     pub limit: Option<usize>,
-    /// Adds the row id columns `_file` and `_pos` (MERGE's target scan).
+    /// Adds the row id columns `_file` and `_pos` (MERGE's target scan; the
+    /// names are `icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN}`).
     pub row_ids: bool,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
@@ -152,7 +154,7 @@ impl DisplayAs for IcebergScanExec {
             write!(f, ", limit={limit}")?;
         }
         if self.row_ids {
-            write!(f, ", row_ids=[_file, _pos]")?;
+            write!(f, ", row_ids=[{FILE_COLUMN}, {POS_COLUMN}]")?;
         }
         let cols: Vec<_> = self
             .schema

@@ -7,9 +7,18 @@
 use std::fmt::Write;
 use std::sync::Arc;
 
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
     displayable, ExecutionPlan, ExecutionPlanProperties, Partitioning,
 };
+use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
+use icemerge_executor::scan_exec::IcebergScanExec;
+use icemerge_executor::write_exec::IcebergWriteExec;
+use icemerge_proto::merge_rows::OP_COLUMN;
 
 /// One stage of the graph.
 #[derive(Debug, Clone)]
@@ -52,11 +61,39 @@ pub fn stages(plan: &Arc<dyn ExecutionPlan>, merge: bool) -> Vec<Stage> {
     out
 }
 
+/// Where a cluster cuts the plan: hash exchanges and partition merges.
 fn is_boundary(node: &Arc<dyn ExecutionPlan>) -> bool {
-    match node.name() {
-        "RepartitionExec" => matches!(node.output_partitioning(), Partitioning::Hash(_, _)),
-        "CoalescePartitionsExec" | "SortPreservingMergeExec" => true,
-        _ => false,
+    let any = node.as_any();
+    if any.is::<RepartitionExec>() {
+        return matches!(node.output_partitioning(), Partitioning::Hash(_, _));
+    }
+    any.is::<CoalescePartitionsExec>() || any.is::<SortPreservingMergeExec>()
+}
+
+/// The classification: a projection computing the merge rows' operation.
+fn classifies(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.as_any().is::<ProjectionExec>() && node.schema().column_with_name(OP_COLUMN).is_some()
+}
+
+/// The role of the stage made of `nodes` (which has stage `inputs`).
+fn role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> &'static str {
+    let has = |test: fn(&Arc<dyn ExecutionPlan>) -> bool| nodes.iter().any(test);
+    if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
+        "writer: copy-on-write per data file, duplicate-match check"
+    } else if has(|n| n.as_any().is::<HashJoinExec>() || classifies(n)) {
+        "join / classify"
+    } else if has(|n| {
+        n.as_any()
+            .downcast_ref::<IcebergScanExec>()
+            .is_some_and(|scan| scan.row_ids)
+    }) {
+        "scan target (row-id)"
+    } else if has(|n| n.as_any().is::<IcebergWriteExec>()) {
+        "writer"
+    } else if inputs.is_empty() {
+        "scan source"
+    } else {
+        "compute"
     }
 }
 
@@ -81,24 +118,10 @@ fn build(
     let mut nodes = vec![];
     let mut inputs = vec![];
     walk(node, 0, out, &mut operators, &mut nodes, &mut inputs);
-    let text = operators.join("\n");
-    let role = if text.contains("CopyOnWriteWriterExec") {
-        "writer: copy-on-write per data file, duplicate-match check".to_string()
-    } else if text.contains("HashJoinExec") || text.contains("__icemerge_op") {
-        "join / classify".to_string()
-    } else if text.contains("row_ids=") {
-        "scan target (row-id)".to_string()
-    } else if text.contains("IcebergWriteExec") {
-        "writer".to_string()
-    } else if inputs.is_empty() {
-        "scan source".to_string()
-    } else {
-        "compute".to_string()
-    };
     let id = out.len() + 1;
     out.push(Stage {
         id,
-        role,
+        role: role(&nodes, &inputs).to_string(),
         tasks: node.output_partitioning().partition_count(),
         output_partitioning,
         operators,
@@ -156,7 +179,7 @@ fn walk(
     }
     operators.push(format!("{}{}", "  ".repeat(depth), line));
     nodes.push(node.clone());
-    let join = node.name() == "HashJoinExec";
+    let join = node.as_any().is::<HashJoinExec>();
     for child in node.children() {
         if join && !is_boundary(child) {
             // A join input that is not exchanged (a hash table built in

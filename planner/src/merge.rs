@@ -14,6 +14,9 @@
 //!   inserts);
 //! - the new value of every target column (unassigned columns keep the
 //!   target's value; inserts get NULL for columns they do not name).
+//!
+//! Those are the merge rows the writer reads: their column names and
+//! operation codes are `icemerge_proto::merge_rows`.
 
 use std::collections::HashSet;
 
@@ -25,10 +28,15 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use icemerge_proto::merge_rows::{
+    MergeOp, FILE_COLUMN, KEY_COLUMN, OP_COLUMN, POS_COLUMN, ROUTE_COLUMN,
+};
 
 /// Marker the target relation's presence is tested with.
 const SOURCE_MARK: &str = "__icemerge_src";
 const STAR_MARK: &str = "__icemerge_all";
+/// The operation of a joined row no clause acts on (filtered out).
+const NO_OP: i8 = 0;
 
 /// A MERGE statement, bound far enough to plan it.
 #[derive(Debug, Clone)]
@@ -301,7 +309,7 @@ fn quote(name: &str) -> String {
 struct Branch {
     clause: String,
     condition: String,
-    op: i8,
+    op: MergeOp,
     values: Vec<String>,
     assigned: Vec<bool>,
 }
@@ -317,8 +325,8 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
             "MERGE: target and source are both named '{source_alias}'; give one an alias"
         )));
     }
-    let matched = format!("({t}._file IS NOT NULL AND {s}.{SOURCE_MARK} IS NOT NULL)");
-    let not_matched = format!("({t}._file IS NULL)");
+    let matched = format!("({t}.{FILE_COLUMN} IS NOT NULL AND {s}.{SOURCE_MARK} IS NOT NULL)");
+    let not_matched = format!("({t}.{FILE_COLUMN} IS NULL)");
     let by_source = format!("({s}.{SOURCE_MARK} IS NULL)");
 
     let column_set: HashSet<&str> = columns.iter().map(String::as_str).collect();
@@ -341,7 +349,9 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
         let (op, values) = match &clause.action {
             // A deleted row needs only its row id: no target column is
             // read for it (so a delete-only merge scans just the ON keys).
-            MergeAction::Delete { .. } => (2, vec!["NULL".to_string(); columns.len()]),
+            MergeAction::Delete { .. } => {
+                (MergeOp::Delete, vec!["NULL".to_string(); columns.len()])
+            }
             MergeAction::Update(update) => {
                 let mut values = keep;
                 let mut assigned = HashSet::new();
@@ -375,7 +385,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                     }
                     values[i] = format!("({})", assignment.value);
                 }
-                (3, values)
+                (MergeOp::Update, values)
             }
             MergeAction::Insert(insert) => {
                 let mut values: Vec<String> = columns.iter().map(|_| "NULL".to_string()).collect();
@@ -427,11 +437,11 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                         }
                     }
                 }
-                (1, values)
+                (MergeOp::Insert, values)
             }
         };
         let defaults: Vec<String> = match op {
-            1 => columns.iter().map(|_| "NULL".to_string()).collect(),
+            MergeOp::Insert => columns.iter().map(|_| "NULL".to_string()).collect(),
             _ => columns
                 .iter()
                 .map(|c| format!("{t}.{}", quote(c)))
@@ -542,13 +552,13 @@ pub fn classify_sql(
     };
     let mut select = vec![
         format!(
-            "CAST({} AS TINYINT) AS __icemerge_op",
-            case(&|b| b.op.to_string(), "0")
+            "CAST({} AS TINYINT) AS {OP_COLUMN}",
+            case(&|b| (b.op as i8).to_string(), &NO_OP.to_string())
         ),
-        format!("{t}._file AS _file"),
-        format!("{t}._pos AS _pos"),
+        format!("{t}.{FILE_COLUMN} AS {FILE_COLUMN}"),
+        format!("{t}.{POS_COLUMN} AS {POS_COLUMN}"),
         format!(
-            "{} AS __icemerge_key",
+            "{} AS {KEY_COLUMN}",
             key_expr(&merge.on, &bound.target_alias, columns)
         ),
     ];
@@ -562,17 +572,17 @@ pub fn classify_sql(
     // The route spreads inserts (no data file) over the writers.
     let spread = "CAST(CAST(floor(random() * CAST($1 AS DOUBLE)) AS BIGINT) AS VARCHAR)";
     let outer: Vec<String> = [
-        "__icemerge_op".to_string(),
-        "_file".to_string(),
-        "_pos".to_string(),
-        "__icemerge_key".to_string(),
-        format!("COALESCE(_file, {spread}) AS __icemerge_route"),
+        OP_COLUMN.to_string(),
+        FILE_COLUMN.to_string(),
+        POS_COLUMN.to_string(),
+        KEY_COLUMN.to_string(),
+        format!("COALESCE({FILE_COLUMN}, {spread}) AS {ROUTE_COLUMN}"),
     ]
     .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
     Ok(format!(
-        "SELECT {} FROM (SELECT {} FROM {target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}) AS __icemerge_rows WHERE __icemerge_op <> 0",
+        "SELECT {} FROM (SELECT {} FROM {target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}) AS __icemerge_rows WHERE {OP_COLUMN} <> {NO_OP}",
         outer.join(", "),
         select.join(", "),
         bound.join_type,

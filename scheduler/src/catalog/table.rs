@@ -24,6 +24,8 @@ use icemerge_executor::iceberg_err;
 use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
 use icemerge_executor::write_exec::IcebergWriteExec;
 
+use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
+
 use super::filter_pushdown::to_iceberg_predicate;
 
 /// One Iceberg table at one snapshot.
@@ -70,12 +72,12 @@ impl IcebergTableProvider {
     pub fn with_row_ids(mut self) -> Self {
         let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
         fields.push(Arc::new(arrow::datatypes::Field::new(
-            "_file",
+            FILE_COLUMN,
             arrow::datatypes::DataType::Utf8,
             false,
         )));
         fields.push(Arc::new(arrow::datatypes::Field::new(
-            "_pos",
+            POS_COLUMN,
             arrow::datatypes::DataType::Int64,
             false,
         )));

@@ -34,9 +34,10 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
-use icemerge_executor::merge_writer_exec::CopyOnWriteWriterExec;
+use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
 use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;
+use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
 use checks::{check_assignment_types, check_join_keys, explain_bind_error};
@@ -113,11 +114,11 @@ pub async fn plan_merge(
 
     // Stage D's input: every merge row of one data file goes to one writer;
     // inserts (no file) are spread by the route column.
-    let route = classified.schema().index_of("__icemerge_route")?;
+    let route = classified.schema().index_of(ROUTE_COLUMN)?;
     let exchange = Arc::new(RepartitionExec::try_new(
         classified,
         Partitioning::Hash(
-            vec![Arc::new(Column::new("__icemerge_route", route))],
+            vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
             writers.max(1),
         ),
     )?);

@@ -5,14 +5,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use arrow::array::{Array, AsArray};
-use arrow::datatypes::UInt64Type;
 use arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
 use icemerge_executor::iceberg_err;
+use icemerge_proto::fragment::{self, Fragment};
 
 use super::PlannedMerge;
 
@@ -37,22 +36,18 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
     let mut outcome = MergeOutcome::default();
     let mut removed = HashSet::new();
     for batch in batches {
-        let kinds = batch.column(0).as_string::<i32>();
-        let values = batch.column(1).as_string::<i32>();
-        let counts = batch.column(2).as_primitive::<UInt64Type>();
-        for i in 0..batch.num_rows() {
-            match kinds.value(i) {
-                "added" => outcome.added.push(
+        for entry in fragment::decode(batch)? {
+            match entry {
+                Fragment::AddedFile { data_file_json, .. } => outcome.added.push(
                     deserialize_data_file_from_json(
-                        values.value(i),
+                        &data_file_json,
                         spec.spec_id(),
                         metadata.default_partition_type(),
                         metadata.current_schema(),
                     )
                     .map_err(iceberg_err)?,
                 ),
-                "removed" => {
-                    let path = values.value(i).to_string();
+                Fragment::RemovedFile { path } => {
                     if !removed.insert(path.clone()) {
                         return Err(DataFusionError::Internal(format!(
                             "MERGE: data file {path} was rewritten by two writers"
@@ -60,13 +55,9 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
                     }
                     outcome.removed.push(path);
                 }
-                _ if !counts.is_null(i) => {
-                    *outcome
-                        .stats
-                        .entry(values.value(i).to_string())
-                        .or_default() += counts.value(i);
+                Fragment::Stat { name, count } => {
+                    *outcome.stats.entry(name).or_default() += count;
                 }
-                _ => {}
             }
         }
     }

@@ -1,0 +1,28 @@
+//! MERGE's writer, stage D: `CopyOnWriteWriterExec`. Its input is the merge
+//! rows of one writer partition (`icemerge_proto::merge_rows`; every row of
+//! a touched data file lands in the same partition): an operation, the row
+//! id (`_file`, `_pos`) and the new values of the target's columns. Inserted
+//! rows stream into new data files. Deletes and updates are collected per
+//! data file; at the end each touched file is read once and rewritten
+//! without its deleted rows and with its updated rows in place (file order
+//! kept). A file whose rows are all deleted gets no replacement and, when
+//! its record count is known from the target scan, is not read at all. A
+//! target row acted on twice fails the statement (duplicate match). The
+//! output is the commit fragment of the partition
+//! (`icemerge_proto::fragment`).
+//!
+//! - `exec.rs`: the plan node;
+//! - `sink.rs`: one partition's writer (accept merge rows, duplicate-match
+//!   check, finish → fragment, abort);
+//! - `rewrite.rs`: reading one touched file and streaming it through its
+//!   changes;
+//! - `apply.rs`: the changes applied to one batch of a file (pure);
+//! - `metrics.rs`: the operator's counters.
+
+mod apply;
+mod exec;
+mod metrics;
+mod rewrite;
+mod sink;
+
+pub use exec::CopyOnWriteWriterExec;

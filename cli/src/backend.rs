@@ -7,6 +7,7 @@
 //! ends the process as usual.
 
 use datafusion::error::DataFusionError;
+use icemerge_proto::error::cancelled;
 use icemerge_scheduler::engine::CANCELLED;
 use icemerge_scheduler::{Session, StatementOutput};
 
@@ -18,13 +19,8 @@ pub enum Backend {
     Remote(RemoteSession),
 }
 
-/// Whether `error` is a statement cancelled by Ctrl-C.
-pub fn is_cancelled(error: &dyn std::fmt::Display) -> bool {
-    error.to_string().contains(CANCELLED)
-}
-
-fn cancelled() -> DataFusionError {
-    DataFusionError::Execution(format!("{CANCELLED} (Ctrl-C)"))
+fn cancelled_by_ctrl_c() -> DataFusionError {
+    cancelled(format!("{CANCELLED} (Ctrl-C)"))
 }
 
 impl Backend {
@@ -40,7 +36,7 @@ impl Backend {
                         eprintln!("cancelling...");
                         // Let the statement finish failing (and clean up).
                         let (result, _) = tokio::join!(run, session.cancel());
-                        result.and(Err(cancelled()))
+                        result.and(Err(cancelled_by_ctrl_c()))
                     }
                 }
             }
@@ -48,7 +44,7 @@ impl Backend {
             Backend::Remote(remote) => {
                 tokio::select! {
                     result = remote.execute_one(sql) => result,
-                    _ = tokio::signal::ctrl_c() => Err(cancelled()),
+                    _ = tokio::signal::ctrl_c() => Err(cancelled_by_ctrl_c()),
                 }
             }
         }

@@ -5,6 +5,7 @@
 
 use arrow_flight::flight_service_client::FlightServiceClient;
 use datafusion::error::DataFusionError;
+use icemerge_proto::error::{invalid_input, io_error};
 use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
@@ -36,19 +37,20 @@ pub async fn connect(address: &str, token: Option<&str>) -> Result<FlightClient,
     } else {
         format!("http://{address}")
     };
-    let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
-        DataFusionError::Configuration(format!("--scheduler: invalid address '{address}': {e}"))
-    })?;
+    let endpoint = Endpoint::from_shared(url.clone())
+        .map_err(|e| invalid_input(format!("--scheduler: invalid address '{address}': {e}")))?;
     let channel = endpoint.connect().await.map_err(|e| {
-        DataFusionError::Execution(format!(
+        io_error(format!(
             "cannot connect to the icemerge scheduler at {address}: {e}{}",
             source_text(&e)
         ))
     })?;
     let header = match token {
-        Some(token) => Some(format!("Bearer {token}").parse().map_err(|_| {
-            DataFusionError::Configuration("--token: the token must be printable ASCII".to_string())
-        })?),
+        Some(token) => Some(
+            format!("Bearer {token}")
+                .parse()
+                .map_err(|_| invalid_input("--token: the token must be printable ASCII"))?,
+        ),
         None => None,
     };
     Ok(

@@ -218,7 +218,7 @@ async fn main() -> ExitCode {
                 Err(e) => {
                     drop(stdout);
                     error::report(&e);
-                    if backend::is_cancelled(&e) {
+                    if e.is_cancelled() {
                         // 128 + SIGINT, as a shell reports an interrupted command.
                         ExitCode::from(130)
                     } else {

@@ -12,10 +12,13 @@ use arrow_flight::sql::{CommandStatementQuery, ProstMessageExt};
 use arrow_flight::FlightDescriptor;
 use datafusion::error::DataFusionError;
 use futures::TryStreamExt;
+use icemerge_proto::error::{
+    already_exists, cancelled, conflict, internal, invalid_input, io_error, not_found, unsupported,
+};
 use icemerge_scheduler::StatementOutput;
 use prost::Message;
 use std::sync::Arc;
-use tonic::Status;
+use tonic::{Code, Status};
 
 use crate::flight_client::{self, FlightClient};
 
@@ -63,13 +66,13 @@ impl RemoteSession {
         let schema = Arc::new(
             info.clone()
                 .try_decode_schema()
-                .map_err(|e| DataFusionError::Execution(format!("invalid result schema: {e}")))?,
+                .map_err(|e| internal(format!("invalid result schema: {e}")))?,
         );
         let mut batches = vec![];
         for endpoint in info.endpoint {
-            let ticket = endpoint.ticket.ok_or_else(|| {
-                DataFusionError::Execution("the scheduler sent an endpoint without a ticket".into())
-            })?;
+            let ticket = endpoint
+                .ticket
+                .ok_or_else(|| internal("the scheduler sent an endpoint without a ticket"))?;
             let stream = client
                 .do_get(ticket)
                 .await
@@ -79,7 +82,7 @@ impl RemoteSession {
             let mut decoded = FlightRecordBatchStream::new_from_flight_data(stream);
             while let Some(batch) = decoded.try_next().await.map_err(|e| match e {
                 FlightError::Tonic(status) => self.status_error(*status),
-                other => DataFusionError::Execution(format!("cannot read the result: {other}")),
+                other => io_error(format!("cannot read the result: {other}")),
             })? {
                 batches.push(batch);
             }
@@ -94,22 +97,27 @@ impl RemoteSession {
         })
     }
 
-    /// A failed call as the error the CLI prints.
+    /// A failed call as the error the CLI prints, of the kind its status
+    /// code says.
     fn status_error(&self, status: Status) -> DataFusionError {
         let message = status.message().to_string();
         match status.code() {
-            tonic::Code::Unauthenticated => DataFusionError::Execution(format!(
+            Code::Unauthenticated => invalid_input(format!(
                 "the scheduler at {} refused the call (Unauthenticated): {message}",
                 self.address
             )),
-            tonic::Code::Unavailable => DataFusionError::Execution(format!(
+            Code::Unavailable => io_error(format!(
                 "cannot reach the icemerge scheduler at {}: {message}",
                 self.address
             )),
-            _ if message.is_empty() => {
-                DataFusionError::Execution(format!("the scheduler failed: {status}"))
-            }
-            _ => DataFusionError::Execution(message),
+            _ if message.is_empty() => internal(format!("the scheduler failed: {status}")),
+            Code::InvalidArgument => invalid_input(message),
+            Code::NotFound => not_found(message),
+            Code::AlreadyExists => already_exists(message),
+            Code::Aborted => conflict(message),
+            Code::Cancelled => cancelled(message),
+            Code::Unimplemented => unsupported(message),
+            _ => internal(message),
         }
     }
 }

@@ -8,6 +8,7 @@ use std::io::{self, Write};
 use arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 use icemerge_planner::ddl::split_statements;
+use icemerge_proto::error::{ErrorKind, IcemergeError};
 
 use crate::backend::Backend;
 use crate::output::Printer;
@@ -22,6 +23,12 @@ pub enum RunError {
 }
 
 impl RunError {
+    /// Whether a statement was cancelled (Ctrl-C): the command then exits
+    /// as an interrupted one.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, RunError::Sql(e) if IcemergeError::kind_of(e) == Some(ErrorKind::Cancelled))
+    }
+
     /// Whether printing failed because the reader of stdout went away
     /// (e.g. `icemerge ... | head`): not worth an error message.
     pub fn is_broken_pipe(&self) -> bool {

@@ -21,6 +21,7 @@ use prost::Message;
 use crate::merge_writer::CopyOnWriteWriterExec;
 use crate::scan_exec::IcebergScanExec;
 use crate::write_exec::IcebergWriteExec;
+use icemerge_proto::error::internal;
 
 const MAGIC: &[u8] = b"ICEMERGE1";
 
@@ -37,12 +38,12 @@ fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
 
 fn decode_schema(bytes: &[u8]) -> Result<Schema> {
     let proto = datafusion_proto::protobuf::Schema::decode(bytes)
-        .map_err(|e| DataFusionError::Internal(format!("bad schema in plan: {e}")))?;
+        .map_err(|e| internal(format!("bad schema in plan: {e}")))?;
     Ok((&proto).try_into()?)
 }
 
 fn json_err(e: serde_json::Error) -> DataFusionError {
-    DataFusionError::Internal(format!("plan serialization: {e}"))
+    internal(format!("plan serialization: {e}"))
 }
 
 type WriterParts = (
@@ -55,9 +56,10 @@ type WriterParts = (
 
 /// The fields both writers are built from.
 fn writer_parts(write: WriteNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<WriterParts> {
-    let input = inputs.first().cloned().ok_or_else(|| {
-        DataFusionError::Internal(format!("writer of {} without input", write.table))
-    })?;
+    let input = inputs
+        .first()
+        .cloned()
+        .ok_or_else(|| internal(format!("writer of {} without input", write.table)))?;
     let metadata = serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
     let props = write.file_io.map(|p| p.props).unwrap_or_default();
     Ok((
@@ -80,7 +82,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
             return self.fallback.try_decode(buf, inputs, ctx);
         };
         let node = PhysicalNode::decode(body)
-            .map_err(|e| DataFusionError::Internal(format!("bad icemerge plan node: {e}")))?;
+            .map_err(|e| internal(format!("bad icemerge plan node: {e}")))?;
         match node.node {
             Some(Node::Scan(scan)) => {
                 let groups = scan
@@ -123,7 +125,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                         .with_file_rows(Arc::new(file_rows)),
                 ))
             }
-            None => Err(DataFusionError::Internal("empty icemerge plan node".into())),
+            None => Err(internal("empty icemerge plan node")),
         }
     }
 
@@ -184,7 +186,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
             node: Some(message),
         }
         .encode(buf)
-        .map_err(|e| DataFusionError::Internal(format!("encode icemerge plan node: {e}")))
+        .map_err(|e| internal(format!("encode icemerge plan node: {e}")))
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {

@@ -18,8 +18,26 @@ pub mod scan_exec;
 pub mod write_exec;
 
 use datafusion::error::DataFusionError;
+use iceberg::ErrorKind as IcebergKind;
+use icemerge_proto::error::IcemergeError;
 
-/// Wraps an iceberg error so that its message reaches the user intact.
+/// An iceberg error as icemerge's error of the same kind; its message
+/// reaches the user intact.
 pub fn iceberg_err(e: iceberg::Error) -> DataFusionError {
-    DataFusionError::External(Box::new(e))
+    let message = e.to_string();
+    let error = match e.kind() {
+        IcebergKind::TableNotFound | IcebergKind::NamespaceNotFound => {
+            IcemergeError::NotFound(message)
+        }
+        IcebergKind::TableAlreadyExists | IcebergKind::NamespaceAlreadyExists => {
+            IcemergeError::AlreadyExists(message)
+        }
+        IcebergKind::CatalogCommitConflicts => IcemergeError::Conflict(message),
+        IcebergKind::FeatureUnsupported => IcemergeError::Unsupported(message),
+        IcebergKind::DataInvalid | IcebergKind::PreconditionFailed => {
+            IcemergeError::InvalidInput(message)
+        }
+        _ => IcemergeError::Io(message),
+    };
+    error.into()
 }

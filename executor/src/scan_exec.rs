@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 use arrow::record_batch::RecordBatch;
 use datafusion::common::stats::Precision;
 use datafusion::common::Statistics;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -29,6 +29,7 @@ use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use crate::file_io::file_io_from_props;
 use crate::iceberg_err;
+use icemerge_proto::error::{internal, invalid_input, unsupported};
 
 /// Reads groups of Iceberg data files; one group per output partition.
 #[derive(Debug, Clone)]
@@ -190,9 +191,7 @@ impl ExecutionPlan for IcebergScanExec {
         if children.is_empty() {
             Ok(self)
         } else {
-            Err(DataFusionError::Internal(
-                "IcebergScanExec has no children".into(),
-            ))
+            Err(internal("IcebergScanExec has no children"))
         }
     }
 
@@ -201,9 +200,11 @@ impl ExecutionPlan for IcebergScanExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
-        let tasks = self.groups.get(partition).cloned().ok_or_else(|| {
-            DataFusionError::Internal(format!("IcebergScanExec has no partition {partition}"))
-        })?;
+        let tasks = self
+            .groups
+            .get(partition)
+            .cloned()
+            .ok_or_else(|| internal(format!("IcebergScanExec has no partition {partition}")))?;
         let files = MetricBuilder::new(&self.metrics).counter("files_scanned", partition);
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_scanned", partition);
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
@@ -289,7 +290,7 @@ async fn read_unit(
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
     if row_ids {
         if let Some(t) = unit.iter().find(|t| !t.deletes.is_empty()) {
-            return Err(DataFusionError::NotImplemented(format!(
+            return Err(unsupported(format!(
                 "MERGE into a table whose data file {} has delete files is not supported yet",
                 t.data_file_path
             )));
@@ -334,7 +335,7 @@ async fn read_unit(
 /// scan's declared schema, casting where the file's type is narrower.
 pub fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {
-        return Err(DataFusionError::Execution(format!(
+        return Err(internal(format!(
             "scan produced {} columns, expected {}",
             batch.num_columns(),
             schema.fields().len()
@@ -354,7 +355,7 @@ pub fn conform(schema: &SchemaRef, batch: RecordBatch) -> Result<RecordBatch> {
                     ..Default::default()
                 };
                 arrow::compute::cast_with_options(col, field.data_type(), &options).map_err(|e| {
-                    DataFusionError::Execution(format!(
+                    invalid_input(format!(
                         "column '{}': cannot store {} as {}: {e}",
                         field.name(),
                         col.data_type(),

@@ -42,6 +42,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::file_io::file_io_from_props;
 use crate::iceberg_err;
+use icemerge_proto::error::internal;
 
 /// Schema of the writer's output: one row per data file written.
 pub static WRITE_RESULT_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
@@ -138,7 +139,7 @@ impl ExecutionPlan for IcebergWriteExec {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let input = children
             .pop()
-            .ok_or_else(|| DataFusionError::Internal("IcebergWriteExec needs one child".into()))?;
+            .ok_or_else(|| internal("IcebergWriteExec needs one child"))?;
         Ok(Arc::new(IcebergWriteExec::new(
             self.table.clone(),
             self.metadata.clone(),

@@ -20,7 +20,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::{
     self, ColumnDef, ColumnOption, CreateTableOptions, DataType, ExactNumberInfo, Expr, Function,
     FunctionArg, FunctionArgExpr, FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement,
@@ -34,6 +34,7 @@ use iceberg::spec::{
     NestedField, PrimitiveType, Schema, Transform, Type, UnboundPartitionField,
     UnboundPartitionSpec,
 };
+use icemerge_proto::error::invalid_input;
 
 /// First partition field id; Iceberg reserves ids below 1000 for schema fields.
 const PARTITION_FIELD_ID_START: i32 = 1000;
@@ -227,7 +228,7 @@ pub fn build_schema(columns: &[ColumnSpec]) -> Result<Schema> {
     Schema::builder()
         .with_fields(fields)
         .build()
-        .map_err(|e| plan(format!("invalid table schema: {e}")))
+        .map_err(|e| invalid_input(format!("invalid table schema: {e}")))
 }
 
 /// Builds the partition spec for `items` against `schema`.
@@ -246,11 +247,11 @@ pub fn build_partition_spec(
         .collect::<Result<Vec<_>>>()?;
     let spec = UnboundPartitionSpec::builder()
         .add_partition_fields(fields)
-        .map_err(|e| plan(format!("invalid PARTITIONED BY: {e}")))?
+        .map_err(|e| invalid_input(format!("invalid PARTITIONED BY: {e}")))?
         .build();
     spec.clone()
         .bind(schema.clone())
-        .map_err(|e| plan(format!("invalid PARTITIONED BY: {e}")))?;
+        .map_err(|e| invalid_input(format!("invalid PARTITIONED BY: {e}")))?;
     Ok(spec)
 }
 
@@ -258,14 +259,10 @@ pub fn build_partition_spec(
 // Tokens and source positions
 // ---------------------------------------------------------------------------
 
-fn plan(message: impl Into<String>) -> DataFusionError {
-    DataFusionError::Plan(message.into())
-}
-
 fn tokenize(sql: &str) -> Result<Vec<TokenWithSpan>> {
     Tokenizer::new(&GenericDialect {}, sql)
         .tokenize_with_location()
-        .map_err(|e| plan(format!("cannot tokenize SQL: {e}")))
+        .map_err(|e| invalid_input(format!("cannot tokenize SQL: {e}")))
 }
 
 fn is_keyword(token: &Token, keyword: Keyword) -> bool {
@@ -348,7 +345,7 @@ fn check_modifiers(modifiers: &[String]) -> Result<bool> {
     if modifiers.is_empty() {
         return Ok(true);
     }
-    Err(plan(format!(
+    Err(invalid_input(format!(
         "CREATE {} TABLE is not supported; use CREATE TABLE",
         modifiers.join(" ")
     )))
@@ -377,7 +374,7 @@ fn find_partitioned_by(tokens: &[TokenWithSpan]) -> Result<Option<PartitionedBy>
             Token::Word(w) if depth == 0 && w.keyword == Keyword::PARTITIONED => {
                 if let Some(clause) = partitioned_by_at(tokens, i)? {
                     if found.is_some() {
-                        return Err(plan("PARTITIONED BY may be given only once"));
+                        return Err(invalid_input("PARTITIONED BY may be given only once"));
                     }
                     i = clause.rparen;
                     found = Some(clause);
@@ -401,7 +398,7 @@ fn partitioned_by_at(tokens: &[TokenWithSpan], start: usize) -> Result<Option<Pa
     }
     let lparen = next_significant(tokens, by + 1)
         .filter(|&i| tokens[i].token == Token::LParen)
-        .ok_or_else(|| plan("expected '(' after PARTITIONED BY"))?;
+        .ok_or_else(|| invalid_input("expected '(' after PARTITIONED BY"))?;
     let rparen = matching_paren(tokens, lparen)?;
     Ok(Some(PartitionedBy {
         start,
@@ -424,7 +421,9 @@ fn matching_paren(tokens: &[TokenWithSpan], lparen: usize) -> Result<usize> {
             _ => {}
         }
     }
-    Err(plan("unbalanced parentheses in PARTITIONED BY (...)"))
+    Err(invalid_input(
+        "unbalanced parentheses in PARTITIONED BY (...)",
+    ))
 }
 
 /// Parses the remaining tokens as exactly one `CREATE TABLE` statement.
@@ -432,13 +431,13 @@ fn parse_single_create_table(tokens: Vec<TokenWithSpan>) -> Result<ast::CreateTa
     let mut statements = Parser::new(&GenericDialect {})
         .with_tokens_with_locations(tokens)
         .parse_statements()
-        .map_err(|e| plan(format!("cannot parse CREATE TABLE: {e}")))?;
+        .map_err(|e| invalid_input(format!("cannot parse CREATE TABLE: {e}")))?;
     if statements.len() != 1 {
-        return Err(plan("expected a single CREATE TABLE statement"));
+        return Err(invalid_input("expected a single CREATE TABLE statement"));
     }
     match statements.pop() {
         Some(Statement::CreateTable(create)) => Ok(create),
-        _ => Err(plan("expected a CREATE TABLE statement")),
+        _ => Err(invalid_input("expected a CREATE TABLE statement")),
     }
 }
 
@@ -455,7 +454,7 @@ fn convert_create_table(
         .collect::<Result<Vec<_>>>()?;
     check_unique_columns(&columns)?;
     if columns.is_empty() && create.query.is_none() {
-        return Err(plan(format!(
+        return Err(invalid_input(format!(
             "CREATE TABLE {} needs a column list or AS SELECT",
             create.name
         )));
@@ -477,7 +476,7 @@ fn table_properties(options: &CreateTableOptions) -> Result<Vec<(String, String)
     let options = match options {
         CreateTableOptions::None => return Ok(vec![]),
         CreateTableOptions::With(o) | CreateTableOptions::TableProperties(o) => o,
-        _ => return Err(plan(
+        _ => return Err(invalid_input(
             "CREATE TABLE does not support table options; use TBLPROPERTIES ('key' = 'value', ...)",
         )),
     };
@@ -486,7 +485,7 @@ fn table_properties(options: &CreateTableOptions) -> Result<Vec<(String, String)
         .iter()
         .map(|option| {
             let ast::SqlOption::KeyValue { key, value } = option else {
-                return Err(plan(format!(
+                return Err(invalid_input(format!(
                     "table property '{option}': expected 'key' = 'value'"
                 )));
             };
@@ -498,21 +497,21 @@ fn table_properties(options: &CreateTableOptions) -> Result<Vec<(String, String)
                     ast::Value::Number(n, _) => n.to_string(),
                     ast::Value::Boolean(b) => b.to_string(),
                     other => {
-                        return Err(plan(format!(
+                        return Err(invalid_input(format!(
                             "table property '{}': unsupported value {other}",
                             key.value
                         )))
                     }
                 },
                 other => {
-                    return Err(plan(format!(
+                    return Err(invalid_input(format!(
                         "table property '{}': value must be a literal, got {other}",
                         key.value
                     )))
                 }
             };
             if !seen.insert(key.value.clone()) {
-                return Err(plan(format!(
+                return Err(invalid_input(format!(
                     "table property '{}' is given twice",
                     key.value
                 )));
@@ -540,7 +539,9 @@ fn reject_unsupported_clauses(create: &ast::CreateTable) -> Result<()> {
         (create.order_by.is_some(), "ORDER BY"),
     ];
     match unsupported.iter().find(|(present, _)| *present) {
-        Some((_, what)) => Err(plan(format!("CREATE TABLE does not support {what}"))),
+        Some((_, what)) => Err(invalid_input(format!(
+            "CREATE TABLE does not support {what}"
+        ))),
         None => Ok(()),
     }
 }
@@ -558,7 +559,9 @@ fn object_name_parts(name: &ObjectName) -> Result<Vec<String>> {
         .iter()
         .map(|part| match part {
             ObjectNamePart::Identifier(ident) => Ok(normalize_ident(ident)),
-            ObjectNamePart::Function(_) => Err(plan(format!("unsupported table name '{name}'"))),
+            ObjectNamePart::Function(_) => {
+                Err(invalid_input(format!("unsupported table name '{name}'")))
+            }
         })
         .collect()
 }
@@ -566,7 +569,7 @@ fn object_name_parts(name: &ObjectName) -> Result<Vec<String>> {
 fn check_unique_columns(columns: &[ColumnSpec]) -> Result<()> {
     let mut seen = HashSet::new();
     match columns.iter().find(|c| !seen.insert(c.name.as_str())) {
-        Some(duplicate) => Err(plan(format!(
+        Some(duplicate) => Err(invalid_input(format!(
             "duplicate column name '{}' in CREATE TABLE",
             duplicate.name
         ))),
@@ -593,7 +596,7 @@ fn column_required(def: &ColumnDef, column: &str) -> Result<bool> {
             ColumnOption::NotNull => required = true,
             ColumnOption::Null => required = false,
             ref other => {
-                return Err(plan(format!(
+                return Err(invalid_input(format!(
                     "unsupported column option '{other}' for column '{column}'"
                 )))
             }
@@ -629,7 +632,7 @@ fn iceberg_type(data_type: &DataType, column: &str) -> Result<Type> {
             PrimitiveType::Timestamptz
         }
         other => {
-            return Err(plan(format!(
+            return Err(invalid_input(format!(
                 "unsupported type '{other}' for column '{column}'"
             )))
         }
@@ -640,7 +643,7 @@ fn iceberg_type(data_type: &DataType, column: &str) -> Result<Type> {
 fn decimal_type(info: &ExactNumberInfo, column: &str) -> Result<PrimitiveType> {
     let (precision, scale) = match *info {
         ExactNumberInfo::None => {
-            return Err(plan(format!(
+            return Err(invalid_input(format!(
                 "DECIMAL for column '{column}' needs a precision, e.g. DECIMAL(10, 2)"
             )))
         }
@@ -649,7 +652,7 @@ fn decimal_type(info: &ExactNumberInfo, column: &str) -> Result<PrimitiveType> {
     };
     let valid = (1..=38).contains(&precision) && u64::try_from(scale).is_ok_and(|s| s <= precision);
     if !valid {
-        return Err(plan(format!(
+        return Err(invalid_input(format!(
             "invalid DECIMAL({precision}, {scale}) for column '{column}': \
              precision must be 1 to 38 and scale 0 to precision"
         )));
@@ -667,15 +670,15 @@ fn decimal_type(info: &ExactNumberInfo, column: &str) -> Result<PrimitiveType> {
 /// Parses the tokens between the parentheses of `PARTITIONED BY ( ... )`.
 fn parse_partition_items(tokens: Vec<TokenWithSpan>) -> Result<Vec<PartitionItem>> {
     if next_significant(&tokens, 0).is_none() {
-        return Err(plan("PARTITIONED BY () needs at least one item"));
+        return Err(invalid_input("PARTITIONED BY () needs at least one item"));
     }
     let mut parser = Parser::new(&GenericDialect {}).with_tokens_with_locations(tokens);
     let exprs = parser
         .parse_comma_separated(Parser::parse_expr)
-        .map_err(|e| plan(format!("cannot parse PARTITIONED BY: {e}")))?;
+        .map_err(|e| invalid_input(format!("cannot parse PARTITIONED BY: {e}")))?;
     let rest = parser.peek_token();
     if rest.token != Token::EOF {
-        return Err(plan(format!(
+        return Err(invalid_input(format!(
             "cannot parse PARTITIONED BY: unexpected '{}'; \
              expected a comma-separated list of columns and transforms",
             rest.token
@@ -694,7 +697,7 @@ fn partition_item(expr: &Expr) -> Result<PartitionItem> {
         _ => None,
     };
     item.ok_or_else(|| {
-        plan(format!(
+        invalid_input(format!(
             "unsupported partition transform '{expr}' in PARTITIONED BY; expected a column, \
              bucket(n, col), truncate(w, col), year/month/day/hour(col)"
         ))
@@ -764,14 +767,14 @@ fn partition_field(
     field_id: i32,
 ) -> Result<UnboundPartitionField> {
     let source = schema.field_by_name(&item.column).ok_or_else(|| {
-        plan(format!(
+        invalid_input(format!(
             "PARTITIONED BY references unknown column '{}'",
             item.column
         ))
     })?;
     let transform = item.transform.to_iceberg();
     transform.result_type(&source.field_type).map_err(|_| {
-        plan(format!(
+        invalid_input(format!(
             "cannot partition by {} of column '{}': {} does not apply to type {}",
             item.transform, item.column, item.transform, source.field_type
         ))
@@ -787,11 +790,12 @@ fn partition_field(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use icemerge_proto::error::IcemergeError;
 
-    fn plan_message(err: DataFusionError) -> String {
-        match err {
-            DataFusionError::Plan(message) => message,
-            other => panic!("expected a Plan error, got {other:?}"),
+    fn plan_message(err: datafusion::error::DataFusionError) -> String {
+        match IcemergeError::find(&err) {
+            Some(IcemergeError::InvalidInput(message)) => message.clone(),
+            _ => panic!("expected an invalid-input error, got {err:?}"),
         }
     }
 

@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction, MergeClauseKind,
     MergeInsertKind, ObjectName, Statement, TableFactor,
@@ -28,6 +28,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use icemerge_proto::error::invalid_input;
 use icemerge_proto::merge_rows::{
     MergeOp, FILE_COLUMN, KEY_COLUMN, OP_COLUMN, POS_COLUMN, ROUTE_COLUMN,
 };
@@ -126,7 +127,7 @@ pub fn parse_merge(sql: &str) -> Result<Option<Merge>> {
         return Ok(None);
     }
     let statements = Parser::parse_sql(&GenericDialect {}, &rewritten)
-        .map_err(|e| DataFusionError::Plan(format!("SQL syntax error in MERGE: {e}")))?;
+        .map_err(|e| invalid_input(format!("SQL syntax error in MERGE: {e}")))?;
     match statements.into_iter().next() {
         Some(Statement::Merge(merge)) => Ok(Some(merge)),
         _ => Ok(None),
@@ -146,7 +147,7 @@ fn first_keyword(sql: &str) -> Option<String> {
 fn rewrite_stars(sql: &str) -> Result<String> {
     let tokens = Tokenizer::new(&GenericDialect {}, sql)
         .tokenize()
-        .map_err(|e| DataFusionError::Plan(format!("SQL syntax error: {e}")))?;
+        .map_err(|e| invalid_input(format!("SQL syntax error: {e}")))?;
     let significant: Vec<usize> = (0..tokens.len())
         .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
         .collect();
@@ -212,15 +213,13 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
             (parts, alias)
         }
         other => {
-            return Err(DataFusionError::Plan(format!(
+            return Err(invalid_input(format!(
                 "MERGE INTO: the target must be a table, found '{other}'"
             )))
         }
     };
     if merge.clauses.is_empty() {
-        return Err(DataFusionError::Plan(
-            "MERGE needs at least one WHEN clause".into(),
-        ));
+        return Err(invalid_input("MERGE needs at least one WHEN clause"));
     }
     let mut clauses = vec![];
     let (mut matched, mut not_matched, mut by_source) = (false, false, false);
@@ -243,9 +242,7 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
             MergeAction::Insert(_) => "INSERT",
             MergeAction::Update(u) => {
                 if u.update_predicate.is_some() || u.delete_predicate.is_some() {
-                    return Err(DataFusionError::Plan(
-                        "MERGE: UPDATE ... WHERE / DELETE WHERE is not supported; use WHEN MATCHED AND <condition>".into(),
-                    ));
+                    return Err(invalid_input("MERGE: UPDATE ... WHERE / DELETE WHERE is not supported; use WHEN MATCHED AND <condition>"));
                 }
                 "UPDATE"
             }
@@ -253,9 +250,7 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
         };
         if let MergeAction::Insert(insert) = &clause.action {
             if insert.insert_predicate.is_some() {
-                return Err(DataFusionError::Plan(
-                    "MERGE: INSERT ... WHERE is not supported; use WHEN NOT MATCHED AND <condition>".into(),
-                ));
+                return Err(invalid_input("MERGE: INSERT ... WHERE is not supported; use WHEN NOT MATCHED AND <condition>"));
             }
         }
         clauses.push(ClauseSummary { kind, action });
@@ -284,18 +279,16 @@ pub(crate) fn source_sql(merge: &Merge) -> Result<(String, String)> {
             (Some(a), _) => ident_value(&a.name),
             (None, None) => name_parts(name).last().cloned().unwrap_or_default(),
             (None, Some(_)) => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(invalid_input(format!(
                     "MERGE USING {source}: a table function source needs an alias, e.g. USING {source} AS s"
                 )))
             }
         },
         TableFactor::Derived { alias: Some(a), .. } => ident_value(&a.name),
         TableFactor::Derived { alias: None, .. } => {
-            return Err(DataFusionError::Plan(
-                "MERGE USING (subquery): the subquery needs an alias, e.g. USING (SELECT ...) AS s".into(),
-            ))
+            return Err(invalid_input("MERGE USING (subquery): the subquery needs an alias, e.g. USING (SELECT ...) AS s"))
         }
-        other => return Err(DataFusionError::Plan(format!("MERGE USING: unsupported source '{other}'"))),
+        other => return Err(invalid_input(format!("MERGE USING: unsupported source '{other}'"))),
     };
     Ok((alias, source.to_string()))
 }
@@ -321,7 +314,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
     let (source_alias, source) = source_sql(merge)?;
     let s = quote(&source_alias);
     if source_alias == bound.target_alias {
-        return Err(DataFusionError::Plan(format!(
+        return Err(invalid_input(format!(
             "MERGE: target and source are both named '{source_alias}'; give one an alias"
         )));
     }
@@ -357,14 +350,14 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                 let mut assigned = HashSet::new();
                 for assignment in &update.assignments {
                     let AssignmentTarget::ColumnName(name) = &assignment.target else {
-                        return Err(DataFusionError::Plan(format!(
+                        return Err(invalid_input(format!(
                             "MERGE {clause_name}: tuple assignments are not supported"
                         )));
                     };
                     let column = name_parts(name).last().cloned().unwrap_or_default();
                     if column == STAR_MARK {
                         if matches!(clause.clause_kind, MergeClauseKind::NotMatchedBySource) {
-                            return Err(DataFusionError::Plan(format!(
+                            return Err(invalid_input(format!(
                                 "MERGE {clause_name}: UPDATE SET * needs a source row"
                             )));
                         }
@@ -374,12 +367,12 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                         continue;
                     }
                     let Some(i) = columns.iter().position(|c| *c == column) else {
-                        return Err(DataFusionError::Plan(format!(
+                        return Err(invalid_input(format!(
                             "MERGE {clause_name}: UPDATE SET references unknown column '{column}' of the target"
                         )));
                     };
                     if !assigned.insert(column.clone()) {
-                        return Err(DataFusionError::Plan(format!(
+                        return Err(invalid_input(format!(
                             "MERGE {clause_name}: column '{column}' is assigned more than once"
                         )));
                     }
@@ -397,7 +390,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                     }
                     MergeInsertKind::Values(v) => {
                         let [row] = v.rows.as_slice() else {
-                            return Err(DataFusionError::Plan(format!(
+                            return Err(invalid_input(format!(
                                 "MERGE {clause_name}: INSERT VALUES takes exactly one row"
                             )));
                         };
@@ -411,7 +404,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                                 .collect()
                         };
                         if names.len() != row.len() {
-                            return Err(DataFusionError::Plan(format!(
+                            return Err(invalid_input(format!(
                                 "MERGE {clause_name}: INSERT names {} column(s) but gives {} value(s)",
                                 names.len(),
                                 row.len()
@@ -420,12 +413,12 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                         let mut seen = HashSet::new();
                         for (name, value) in names.iter().zip(row) {
                             if !column_set.contains(name.as_str()) {
-                                return Err(DataFusionError::Plan(format!(
+                                return Err(invalid_input(format!(
                                     "MERGE {clause_name}: INSERT references unknown column '{name}' of the target"
                                 )));
                             }
                             if !seen.insert(name.clone()) {
-                                return Err(DataFusionError::Plan(format!(
+                                return Err(invalid_input(format!(
                                     "MERGE {clause_name}: INSERT names column '{name}' more than once"
                                 )));
                             }

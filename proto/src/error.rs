@@ -108,10 +108,44 @@ impl From<IcemergeError> for DataFusionError {
     }
 }
 
-/// `Err(IcemergeError::InvalidInput(..))` as a DataFusion result, for the
-/// common case of refusing input.
-pub fn invalid<T>(message: impl Into<String>) -> datafusion::error::Result<T> {
-    Err(IcemergeError::InvalidInput(message.into()).into())
+/// Bad input, as the DataFusion error it travels in.
+pub fn invalid_input(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::InvalidInput(message.into()).into()
+}
+
+/// Something that does not exist, as the DataFusion error it travels in.
+pub fn not_found(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::NotFound(message.into()).into()
+}
+
+/// Something that already exists, as the DataFusion error it travels in.
+pub fn already_exists(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::AlreadyExists(message.into()).into()
+}
+
+/// A concurrent change, as the DataFusion error it travels in.
+pub fn conflict(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::Conflict(message.into()).into()
+}
+
+/// A cancelled statement, as the DataFusion error it travels in.
+pub fn cancelled(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::Cancelled(message.into()).into()
+}
+
+/// Something icemerge does not do, as the DataFusion error it travels in.
+pub fn unsupported(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::Unsupported(message.into()).into()
+}
+
+/// Failed storage or catalog I/O, as the DataFusion error it travels in.
+pub fn io_error(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::Io(message.into()).into()
+}
+
+/// A broken invariant, as the DataFusion error it travels in.
+pub fn internal(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::Internal(message.into()).into()
 }
 
 #[cfg(test)]

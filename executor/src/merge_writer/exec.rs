@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{Distribution, EquivalenceProperties};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -24,6 +24,7 @@ use icemerge_proto::fragment;
 use super::metrics::WriterMetrics;
 use super::sink::PartitionSink;
 use crate::file_io::file_io_from_props;
+use icemerge_proto::error::internal;
 
 /// Per-partition copy-on-write writer of a MERGE.
 #[derive(Debug, Clone)]
@@ -111,9 +112,9 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let input = children.pop().ok_or_else(|| {
-            DataFusionError::Internal("CopyOnWriteWriterExec needs one child".into())
-        })?;
+        let input = children
+            .pop()
+            .ok_or_else(|| internal("CopyOnWriteWriterExec needs one child"))?;
         Ok(Arc::new(
             Self::new(
                 self.table.clone(),

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use futures::StreamExt;
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::io::FileIO;
@@ -20,6 +20,7 @@ use super::metrics::WriterMetrics;
 use crate::iceberg_err;
 use crate::scan_exec::conform;
 use crate::write_exec::TableFileWriter;
+use icemerge_proto::error::internal;
 
 /// Reads touched data files of one table.
 pub(super) struct FileRewriter {
@@ -83,7 +84,7 @@ impl FileRewriter {
         sorted.sort_unstable_by_key(|(p, _)| *p);
         let done = stream_through(batches, &sorted, &mut out).await?;
         if done.next != sorted.len() || done.updated + done.deleted != changes.len() {
-            return Err(DataFusionError::Execution(format!(
+            return Err(internal(format!(
                 "MERGE: data file {file} has {} rows but changes were planned for positions beyond it",
                 done.position
             )));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray, Int64Array, Int8Array, RecordBatch, StringArray};
 use arrow::datatypes::{Int64Type, Int8Type, Schema, SchemaRef};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 use iceberg::io::FileIO;
@@ -22,6 +22,7 @@ use super::metrics::WriterMetrics;
 use super::rewrite::{FileRewriter, RewriteOutput};
 use crate::iceberg_err;
 use crate::write_exec::TableFileWriter;
+use icemerge_proto::error::{internal, invalid_input};
 
 /// The merge-row contract columns of one batch, and its target columns.
 struct MergeRows {
@@ -37,9 +38,7 @@ impl MergeRows {
     /// The row id of row `i`.
     fn row_id(&self, i: usize) -> Result<(&str, i64)> {
         let (Some(files), Some(positions)) = (&self.files, &self.positions) else {
-            return Err(DataFusionError::Internal(
-                "merge rows without row ids".into(),
-            ));
+            return Err(internal("merge rows without row ids"));
         };
         Ok((files.value(i), positions.value(i)))
     }
@@ -127,9 +126,7 @@ impl PartitionSink {
         let start = batch
             .num_columns()
             .checked_sub(self.columns)
-            .ok_or_else(|| {
-                DataFusionError::Internal("merge rows lack the target columns".into())
-            })?;
+            .ok_or_else(|| internal("merge rows lack the target columns"))?;
         let values = batch.project(&(start..batch.num_columns()).collect::<Vec<_>>())?;
         // Deleted rows carry NULLs, also in required columns: required-ness
         // is checked where rows are written.
@@ -139,7 +136,7 @@ impl PartitionSink {
     fn merge_rows(&self, batch: &RecordBatch) -> Result<MergeRows> {
         let ops = batch
             .column_by_name(OP_COLUMN)
-            .ok_or_else(|| DataFusionError::Internal("merge rows without operation".into()))?
+            .ok_or_else(|| internal("merge rows without operation"))?
             .as_primitive::<Int8Type>()
             .clone();
         let column = |name: &str| batch.column_by_name(name);
@@ -195,7 +192,7 @@ impl PartitionSink {
             let per_file = self.changes.entry(file.to_string()).or_default();
             if per_file.insert(pos, change).is_some() {
                 let key = rows.describe(i, pos);
-                return Err(DataFusionError::Execution(format!(
+                return Err(invalid_input(format!(
                     "MERGE: target row {key} in data file {file} matched more than one source row; \
                      the table was not changed"
                 )));

@@ -39,6 +39,12 @@ impl IcebergCatalogProvider {
         }
     }
 
+    /// Whether `schema` holds tables the session registered itself
+    /// (`CREATE EXTERNAL TABLE`), which need no Iceberg namespace.
+    pub fn has_local_schema(&self, schema: &str) -> bool {
+        self.local.read().expect("lock").contains_key(schema)
+    }
+
     /// Re-reads the namespace list (used for `schema_names`).
     pub async fn refresh(&self) -> Result<()> {
         let names = self

@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use arrow::record_batch::RecordBatch;
 use ballista_core::execution_plans::DistributedQueryExec;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::collect;
 use datafusion_proto::protobuf::LogicalPlanNode;
 
 use super::job_control::cancel_job;
 use super::SchedulerTarget;
+use icemerge_proto::error::io_error;
 
 /// Runs the job while watching the executors that were alive when it
 /// started: if one falls silent for longer than the executor timeout, the
@@ -51,7 +52,7 @@ pub(super) async fn watch_executors(
         // Let the job end before the statement cleans up after it.
         let _ = tokio::time::timeout(Duration::from_secs(30), &mut run).await;
     }
-    Err(DataFusionError::Execution(format!(
+    Err(io_error(format!(
         "executor {} stopped responding during job {job_id} (no heartbeat for {}s); \
          the job was cancelled and nothing was committed: run the statement again",
         lost.join(", "),

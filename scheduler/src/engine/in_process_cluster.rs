@@ -43,6 +43,7 @@ use tokio::net::TcpListener;
 use super::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
 use super::task_ledger::{LedgerCollector, TaskLedger};
 use super::task_tracker::{TaskTracker, TrackingEngine};
+use icemerge_proto::error::io_error;
 
 /// A running in-process cluster.
 pub struct InProcessCluster {
@@ -63,7 +64,7 @@ fn codec() -> BallistaCodec<LogicalPlanNode, PhysicalPlanNode> {
 }
 
 fn ballista_err(e: impl std::fmt::Display) -> DataFusionError {
-    DataFusionError::Execution(format!("cluster: {e}"))
+    io_error(format!("cluster: {e}"))
 }
 
 impl InProcessCluster {
@@ -79,7 +80,7 @@ impl InProcessCluster {
             let work_dir = tempfile::Builder::new()
                 .prefix("icemerge-executor-")
                 .tempdir()
-                .map_err(|e| DataFusionError::Execution(format!("executor work dir: {e}")))?;
+                .map_err(|e| io_error(format!("executor work dir: {e}")))?;
             let executor = start_executor(
                 scheduler_addr,
                 config.clone(),

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::CancelJobParams;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion_proto::protobuf::LogicalPlanNode;
+use icemerge_proto::error::{cancelled, io_error};
 
 /// The Ballista job a session is running, so another task can cancel it.
 #[derive(Default)]
@@ -54,7 +55,7 @@ impl JobControl {
 
     pub(super) fn check(&self) -> Result<()> {
         if self.cancel_requested.load(Ordering::SeqCst) {
-            return Err(DataFusionError::Execution(CANCELLED.into()));
+            return Err(cancelled(CANCELLED));
         }
         Ok(())
     }
@@ -96,7 +97,7 @@ pub async fn cancel_job(scheduler_url: &str, job_id: &str) -> Result<()> {
     let mut client = SchedulerGrpcClient::connect(scheduler_url.to_string())
         .await
         .map_err(|e| {
-            DataFusionError::Execution(format!(
+            io_error(format!(
                 "cannot reach the scheduler to cancel job {job_id}: {e}"
             ))
         })?;
@@ -105,9 +106,7 @@ pub async fn cancel_job(scheduler_url: &str, job_id: &str) -> Result<()> {
             job_id: job_id.to_string(),
         })
         .await
-        .map_err(|e| {
-            DataFusionError::Execution(format!("cannot cancel job {job_id}: {}", e.message()))
-        })?;
+        .map_err(|e| io_error(format!("cannot cancel job {job_id}: {}", e.message())))?;
     tracing::info!(job = %job_id, "job cancelled");
     Ok(())
 }

@@ -26,13 +26,14 @@ use std::time::Duration;
 use arrow::record_batch::RecordBatch;
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::extension::SessionConfigExt;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use datafusion_proto::protobuf::LogicalPlanNode;
 
 use executor_watch::watch_executors;
+use icemerge_proto::error::cancelled;
 use shipped_plan::ShippedPlanNode;
 
 pub use in_process_cluster::InProcessCluster;
@@ -147,7 +148,7 @@ impl Engine {
                     }
                 }
                 if control.cancel_requested.load(Ordering::SeqCst) && batches.is_err() {
-                    return Err(DataFusionError::Execution(format!(
+                    return Err(cancelled(format!(
                         "{CANCELLED} (job {})",
                         job_id.unwrap_or_default()
                     )));

@@ -15,7 +15,7 @@ use ballista_core::serde::BallistaLogicalExtensionCodec;
 use datafusion::catalog::TableProvider;
 use datafusion::common::{DFSchema, DFSchemaRef, TableReference};
 use datafusion::datasource::file_format::FileFormatFactory;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::logical_expr::{Expr, Extension, LogicalPlan, UserDefinedLogicalNodeCore};
@@ -25,6 +25,7 @@ use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
 use icemerge_executor::codec::IcemergePhysicalCodec;
+use icemerge_proto::error::internal;
 use prost::Message;
 
 const MAGIC: &[u8] = b"ICEMERGE-SHIPPED1";
@@ -118,7 +119,7 @@ impl LogicalExtensionCodec for IcemergeLogicalCodec {
             return self.fallback.try_decode(buf, inputs, ctx);
         };
         let node = PhysicalPlanNode::decode(body)
-            .map_err(|e| DataFusionError::Internal(format!("bad shipped plan: {e}")))?;
+            .map_err(|e| internal(format!("bad shipped plan: {e}")))?;
         let plan = node.try_into_physical_plan(ctx, &self.physical)?;
         Ok(Extension {
             node: Arc::new(ShippedPlanNode::new(plan)?),
@@ -133,7 +134,7 @@ impl LogicalExtensionCodec for IcemergeLogicalCodec {
         buf.extend_from_slice(MAGIC);
         proto
             .encode(buf)
-            .map_err(|e| DataFusionError::Internal(format!("encode shipped plan: {e}")))
+            .map_err(|e| internal(format!("encode shipped plan: {e}")))
     }
 
     fn try_decode_table_provider(

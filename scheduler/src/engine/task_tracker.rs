@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use ballista_core::serde::protobuf::ShuffleWritePartition;
 use ballista_executor::execution_engine::{ExecutionEngine, QueryStageExecutor};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::TaskContext;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
+use icemerge_proto::error::cancelled;
 
 /// Running tasks per job, and the jobs that failed (whose tasks must not
 /// start any more).
@@ -165,7 +166,7 @@ impl QueryStageExecutor for TrackedStage {
         context: Arc<TaskContext>,
     ) -> Result<Vec<ShuffleWritePartition>> {
         let Some(_running) = self.tracker.enter(&self.job_id) else {
-            return Err(DataFusionError::Execution(format!(
+            return Err(cancelled(format!(
                 "job {} failed; its task is not started",
                 self.job_id
             )));

@@ -7,6 +7,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use icemerge_planner::merge::{assignment_probe, BoundMerge};
+use icemerge_proto::error::invalid_input;
 
 /// Every value a clause assigns must be castable to its column's type;
 /// otherwise a plan-time error names the clause, the column and both types.
@@ -31,7 +32,7 @@ pub(super) async fn check_assignment_types(
             target.field_with_name(column)?.data_type(),
         );
         if from != &arrow::datatypes::DataType::Null && !arrow::compute::can_cast_types(from, to) {
-            return Err(DataFusionError::Plan(format!(
+            return Err(invalid_input(format!(
                 "MERGE {clause}: cannot assign a value of type {from} to column '{column}' of type {to}"
             )));
         }
@@ -44,7 +45,7 @@ pub(super) fn explain_bind_error(e: DataFusionError, bound: &BoundMerge) -> Data
     let message = e.to_string();
     if message.contains("__icemerge_target_") {
         let cleaned = message.replace("__icemerge_target_", "target ");
-        return DataFusionError::Plan(format!("MERGE INTO {}: {cleaned}", bound.target.join(".")));
+        return invalid_input(format!("MERGE INTO {}: {cleaned}", bound.target.join(".")));
     }
     e
 }
@@ -87,7 +88,7 @@ pub(super) fn check_join_keys(plan: &LogicalPlan, bound: &BoundMerge) -> Result<
     if equi_join {
         Ok(())
     } else {
-        Err(DataFusionError::Plan(format!(
+        Err(invalid_input(format!(
             "MERGE: the ON condition ({}) has no equality between a target column and a source \
              expression; one is needed to match rows (e.g. ON t.id = s.id)",
             bound.merge.on

@@ -21,7 +21,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::provider_as_source;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::functions_aggregate::expr_fn::{count, max, min};
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
@@ -32,6 +32,7 @@ use icemerge_planner::source_keys::SourceKeyProbe;
 
 use crate::catalog::filter_pushdown::to_iceberg_predicate;
 use crate::catalog::IcebergTableProvider;
+use icemerge_proto::error::internal;
 
 /// At most this many distinct source values of a key are listed one by one;
 /// beyond it the key prunes by its min / max range.
@@ -200,7 +201,7 @@ pub(super) fn join_source(plan: &LogicalPlan) -> Result<LogicalPlan> {
         }
         Ok(TreeNodeRecursion::Continue)
     })?;
-    source.ok_or_else(|| DataFusionError::Internal("MERGE plan without a join".into()))
+    source.ok_or_else(|| internal("MERGE plan without a join"))
 }
 
 /// `plan` with the scan of `relation` reading through `provider` instead.

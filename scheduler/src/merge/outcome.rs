@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use arrow::record_batch::RecordBatch;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
@@ -14,6 +14,7 @@ use icemerge_executor::iceberg_err;
 use icemerge_proto::fragment::{self, Fragment};
 
 use super::PlannedMerge;
+use icemerge_proto::error::internal;
 
 /// What a MERGE did.
 #[derive(Debug, Default, Clone)]
@@ -49,7 +50,7 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
                 ),
                 Fragment::RemovedFile { path } => {
                     if !removed.insert(path.clone()) {
-                        return Err(DataFusionError::Internal(format!(
+                        return Err(internal(format!(
                             "MERGE: data file {path} was rewritten by two writers"
                         )));
                     }

@@ -53,6 +53,7 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use icemerge_proto::error::{ErrorKind, IcemergeError};
 use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
 
@@ -167,15 +168,27 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// A failed statement: the message is the error as the embedded CLI shows it.
+/// A failed statement: the message is the error as the embedded CLI shows
+/// it; the status code says its kind (`icemerge --scheduler` turns it back
+/// into that kind).
 fn statement_error(e: DataFusionError) -> Status {
-    match &e {
-        DataFusionError::Plan(_)
-        | DataFusionError::SQL(..)
-        | DataFusionError::SchemaError(..)
-        | DataFusionError::NotImplemented(_)
-        | DataFusionError::Configuration(_) => Status::invalid_argument(e.to_string()),
-        _ => Status::internal(e.to_string()),
+    let message = e.to_string();
+    match IcemergeError::kind_of(&e) {
+        Some(ErrorKind::InvalidInput) => Status::invalid_argument(message),
+        Some(ErrorKind::NotFound) => Status::not_found(message),
+        Some(ErrorKind::AlreadyExists) => Status::already_exists(message),
+        Some(ErrorKind::Conflict) => Status::aborted(message),
+        Some(ErrorKind::Cancelled) => Status::cancelled(message),
+        Some(ErrorKind::Unsupported) => Status::unimplemented(message),
+        Some(ErrorKind::Io | ErrorKind::Internal) => Status::internal(message),
+        None => match e {
+            DataFusionError::Plan(_)
+            | DataFusionError::SQL(..)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(_)
+            | DataFusionError::Configuration(_) => Status::invalid_argument(message),
+            _ => Status::internal(message),
+        },
     }
 }
 

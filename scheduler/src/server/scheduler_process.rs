@@ -35,6 +35,7 @@ use crate::engine::{
     scheduler_session_builder, ExecutorLiveness, IcemergeLogicalCodec, SchedulerTarget, TaskLedger,
 };
 use crate::session::{session_config, Session, SessionOptions};
+use icemerge_proto::error::invalid_input;
 
 /// Everything the scheduler process is started with.
 #[derive(Debug, Clone)]
@@ -87,7 +88,7 @@ impl RunningScheduler {
 }
 
 fn config_err(message: impl Into<String>) -> DataFusionError {
-    DataFusionError::Configuration(message.into())
+    invalid_input(message.into())
 }
 
 /// Refuses to expose an unauthenticated Flight SQL port beyond this machine.

@@ -12,6 +12,7 @@ use crate::merge::{collect_fragments, commit_merge, discard_uncommitted, plan_me
 
 use super::explain_analyze::render_analyze;
 use super::{Session, StatementOutput};
+use icemerge_proto::error::{invalid_input, not_found};
 
 impl Session {
     /// Plans, runs and commits a MERGE (or explains it).
@@ -23,7 +24,7 @@ impl Session {
         let target = match &merge.table {
             TableFactor::Table { name, .. } => self.object_ident(name)?,
             other => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(invalid_input(format!(
                     "MERGE INTO: the target must be a table, found '{other}'"
                 )))
             }
@@ -31,7 +32,7 @@ impl Session {
         self.ensure_namespace(target.namespace()).await?;
         let catalog = &self.catalog.catalog;
         if !catalog.table_exists(&target).await.map_err(iceberg_err)? {
-            return Err(DataFusionError::Plan(format!(
+            return Err(not_found(format!(
                 "MERGE INTO: table '{target}' does not exist"
             )));
         }

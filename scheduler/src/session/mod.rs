@@ -22,7 +22,7 @@ mod output;
 use std::sync::{Arc, Mutex};
 
 use arrow::record_batch::RecordBatch;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
@@ -38,6 +38,7 @@ use icemerge_planner::merge as merge_sql;
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
 use crate::catalog::{open_catalog, IcebergCatalogProvider, OpenCatalog};
 use crate::engine::{Engine, EngineKind, InProcessCluster, JobControl, SchedulerTarget};
+use icemerge_proto::error::invalid_input;
 
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
@@ -189,7 +190,7 @@ impl Session {
         let _active = self.control.begin();
         match self.dispatch(sql).await {
             Ok(out) => Ok(out),
-            Err(e) => Err(self.name_missing_namespace(e).await),
+            Err(e) => Err(self.missing_namespace(sql).await.unwrap_or(e)),
         }
     }
 
@@ -199,23 +200,18 @@ impl Session {
             return self.create_table(create).await;
         }
         if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql) {
-            let merge = merge_sql::parse_merge(&merge_sql)?.ok_or_else(|| {
-                DataFusionError::Plan("EXPLAIN: expected a MERGE statement".into())
-            })?;
+            let merge = merge_sql::parse_merge(&merge_sql)?
+                .ok_or_else(|| invalid_input("EXPLAIN: expected a MERGE statement"))?;
             return self.run_merge(merge, Some(mode)).await;
         }
         if let Some(merge) = merge_sql::parse_merge(sql)? {
             return self.run_merge(merge, None).await;
         }
         let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
-            .map_err(|e| DataFusionError::Plan(format!("SQL syntax error: {e}")))?;
+            .map_err(|e| invalid_input(format!("SQL syntax error: {e}")))?;
         let statement = match (statements.pop_front(), statements.is_empty()) {
             (Some(s), true) => s,
-            _ => {
-                return Err(DataFusionError::Plan(
-                    "expected exactly one statement".into(),
-                ))
-            }
+            _ => return Err(invalid_input("expected exactly one statement")),
         };
         if let DFStatement::Statement(inner) = &statement {
             match inner.as_ref() {

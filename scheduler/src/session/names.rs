@@ -3,11 +3,14 @@
 //! namespace [`DEFAULT_NAMESPACE`]; and the check that a namespace exists.
 
 use datafusion::error::{DataFusionError, Result};
+use datafusion::sql::parser::DFParser;
 use datafusion::sql::sqlparser::ast::ObjectName;
+use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::{NamespaceIdent, TableIdent};
 use icemerge_executor::iceberg_err;
 
 use super::Session;
+use icemerge_proto::error::{invalid_input, not_found};
 
 /// The namespace of unqualified table names.
 pub const DEFAULT_NAMESPACE: &str = "default";
@@ -31,13 +34,13 @@ impl Session {
             [ns, t] => (ns.clone(), t.clone()),
             [c, ns, t] if *c == self.catalog.name => (ns.clone(), t.clone()),
             [c, _, _] => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(not_found(format!(
                     "unknown catalog '{c}': this session's catalog is '{}'",
                     self.catalog.name
                 )))
             }
             _ => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(invalid_input(format!(
                     "invalid table name '{}'",
                     parts.join(".")
                 )))
@@ -75,7 +78,7 @@ impl Session {
             .await
             .map_err(iceberg_err)?
         {
-            return Err(DataFusionError::Plan(format!(
+            return Err(not_found(format!(
                 "schema (namespace) '{}' does not exist",
                 ns.to_url_string()
             )));
@@ -83,35 +86,37 @@ impl Session {
         Ok(())
     }
 
-    /// "table 'icemerge.ns.t' not found" where `ns` does not exist becomes
-    /// "schema (namespace) 'ns' does not exist".
-    pub(super) async fn name_missing_namespace(&self, e: DataFusionError) -> DataFusionError {
-        let message = e.to_string();
-        let Some(rest) = message.split("table '").nth(1) else {
-            return e;
-        };
-        let Some(name) = rest
-            .split("' not found")
-            .next()
-            .filter(|_| rest.contains("' not found"))
-        else {
-            return e;
-        };
-        let parts: Vec<&str> = name.split('.').collect();
-        let namespace = match parts.as_slice() {
-            [_, ns, _] | [ns, _] => ns.to_string(),
-            _ => return e,
-        };
-        match self
-            .catalog
-            .catalog
-            .namespace_exists(&NamespaceIdent::new(namespace.clone()))
-            .await
-        {
-            Ok(false) => {
-                DataFusionError::Plan(format!("schema (namespace) '{namespace}' does not exist"))
+    /// After a statement failed: when a table it names lives in a namespace
+    /// that does not exist, that is the error to report ("schema
+    /// (namespace) 'ns' does not exist") rather than DataFusion's "table not
+    /// found". `None` when every named namespace exists (or the statement
+    /// cannot be read back).
+    pub(super) async fn missing_namespace(&self, sql: &str) -> Option<DataFusionError> {
+        let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}).ok()?;
+        let statement = statements.pop_front()?;
+        let state = self.ctx.state();
+        let references = state.resolve_table_references(&statement).ok()?;
+        let options = state.config().options();
+        let (default_catalog, default_schema) = (
+            options.catalog.default_catalog.as_str(),
+            options.catalog.default_schema.as_str(),
+        );
+        for reference in references {
+            let resolved = reference.resolve(default_catalog, default_schema);
+            if *resolved.catalog != self.catalog.name
+                || resolved.schema.eq_ignore_ascii_case("information_schema")
+                || self.provider.has_local_schema(&resolved.schema)
+            {
+                continue;
             }
-            _ => e,
+            let namespace = NamespaceIdent::new(resolved.schema.to_string());
+            if let Ok(false) = self.catalog.catalog.namespace_exists(&namespace).await {
+                return Some(not_found(format!(
+                    "schema (namespace) '{}' does not exist",
+                    resolved.schema
+                )));
+            }
         }
+        None
     }
 }

@@ -5,7 +5,6 @@
 
 pub mod catalog;
 pub mod catalog_provider;
-pub mod catalog_swap;
 pub mod cluster;
 pub mod commit;
 pub mod dynamic_pruning;
@@ -13,7 +12,6 @@ pub mod engine;
 pub mod filter_pushdown;
 pub mod flight_sql;
 pub mod merge;
-pub mod overwrite_commit;
 pub mod scheduler_process;
 pub mod session;
 pub mod shipped_plan;

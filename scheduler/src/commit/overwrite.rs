@@ -2,7 +2,7 @@
 //! so the snapshot that removes some data files and adds others (a MERGE's
 //! result) is produced here with the crate's public manifest, manifest list
 //! and metadata writers, and published with our own catalog pointer swap
-//! ([`crate::catalog_swap`]).
+//! ([`super::catalog_swap`]).
 //!
 //! Against the base snapshot (the table as loaded at plan time):
 //! - untouched data manifests are carried forward byte-identical (the same
@@ -39,7 +39,7 @@ use iceberg::table::Table;
 use iceberg::{MetadataLocation, TableIdent};
 use uuid::Uuid;
 
-use crate::catalog_swap::{current_metadata_location, swap_metadata_location};
+use super::catalog_swap::{current_metadata_location, swap_metadata_location};
 
 /// What a commit changes in the table's data files.
 #[derive(Debug, Clone)]

@@ -707,3 +707,29 @@ async fn append_of_nothing_makes_no_snapshot() {
     assert_eq!(fx.load().await.metadata().snapshots().count(), 3);
     assert_eq!(listing(&dir), files_before);
 }
+
+/// Appends never conflict: racing ones that lose the swap reload and retry
+/// (four racers: each loses at most three times, within the default four
+/// retries).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_appends_all_commit() {
+    let fx = Fixture::new().await;
+    let (base, _) = three_files(&fx).await;
+    let mut files = vec![];
+    for id in 7..11 {
+        files.push(write_file(&base, &[id]).await);
+    }
+    let appends = files
+        .iter()
+        .map(|f| commit_append(&fx.open, &fx.ident, vec![f.clone()]));
+    for result in futures::future::join_all(appends).await {
+        result.unwrap();
+    }
+    let table = fx.load().await;
+    assert_eq!(rows(&table).await, vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    assert_eq!(table.metadata().snapshots().count(), 7);
+    // The lost attempts left no metadata behind: one metadata file,
+    // manifest list and manifest per committed snapshot.
+    let metadata_files = listing(&metadata_dir(&table)).len();
+    assert_eq!(metadata_files, 1 + 3 * table.metadata().snapshots().count());
+}

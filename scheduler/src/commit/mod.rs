@@ -3,10 +3,11 @@
 //! catalog row. Nothing here runs on executors.
 //!
 //! The protocol, for every action:
-//! 1. the action validates its request and describes it as a set of
-//!    changes (`producer::SnapshotChanges`) against a base: the table as
-//!    planned (overwrite) or as loaded at commit time (append);
-//! 2. the producer (`producer.rs`) reads the base snapshot's manifest list
+//! 1. the action describes its request as a set of changes
+//!    (`producer::SnapshotChanges`) against a base: the table as planned
+//!    (overwrite) or as loaded at commit time (append);
+//! 2. the producer (`producer.rs`) checks the request (no I/O; nothing to
+//!    commit stops here), reads the base snapshot's manifest list
 //!    and the manifests it needs (`manifests.rs`), decides which manifests
 //!    are carried, rewritten or dropped (`plan.rs`, a pure function), writes
 //!    the new manifests (`manifests::write_manifest`), the summary

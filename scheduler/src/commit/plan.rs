@@ -12,10 +12,10 @@
 //! - a data manifest with some removed files is rewritten: survivors
 //!   `Existing`, removed ones `Deleted`; entries already dead are left out.
 //!
-//! [`ManifestPolicy::FastAppend`] (INSERT's) removes nothing and decides
-//! by the manifest list's counts alone: a manifest is carried while its
-//! counts record any file, live or deleted. Either way an added path that is live in a loaded manifest, or a removed
-//! path live in none, is refused.
+//! Under [`ManifestPolicy::FastAppend`] (INSERT's, which removes nothing) a
+//! manifest is carried while the manifest list's counts record any file in
+//! it, live or deleted. Under either policy, an added path that is live in
+//! a loaded manifest, or a removed path that is live in none, is refused.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 

@@ -11,11 +11,9 @@
 //!   Flight SQL, progress).
 
 pub mod catalog;
-pub mod catalog_swap;
 pub mod commit;
 pub mod engine;
 pub mod merge;
-pub mod overwrite_commit;
 pub mod server;
 pub mod session;
 

@@ -12,8 +12,7 @@ use futures::future::join_all;
 use iceberg::spec::Operation;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
-use icemerge_scheduler::catalog_swap::current_metadata_location;
-use icemerge_scheduler::overwrite_commit::{commit_overwrite, OverwriteCommit};
+use icemerge_scheduler::commit::{commit_overwrite, current_metadata_location, OverwriteCommit};
 use icemerge_scheduler::{EngineKind, Session, DEFAULT_CATALOG_NAME};
 use icemerge_tests::{open_session_on, postgres_database, query};
 

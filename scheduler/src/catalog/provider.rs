@@ -12,11 +12,12 @@ use super::system_tables;
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider};
 use datafusion::datasource::TableProvider;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use iceberg::{Catalog, NamespaceIdent, TableIdent};
 use icemerge_executor::iceberg_err;
 
 use super::table::IcebergTableProvider;
+use icemerge_proto::error::invalid_input;
 
 type LocalTables = Arc<RwLock<HashMap<String, HashMap<String, Arc<dyn TableProvider>>>>>;
 
@@ -164,7 +165,7 @@ impl SchemaProvider for IcebergSchemaProvider {
                 "snapshots" => system_tables::snapshots_batch(&table)?,
                 "files" => system_tables::files_batch(&table).await?,
                 other => {
-                    return Err(DataFusionError::Plan(format!(
+                    return Err(invalid_input(format!(
                         "unknown system table '${other}' of '{base}': expected $snapshots or $files"
                     )))
                 }

@@ -22,15 +22,14 @@ use arrow::array::{
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
-use futures::{StreamExt, TryStreamExt};
 use iceberg::spec::{
     Datum, Literal, ManifestEntryRef, ManifestStatus, PartitionSpec, PrimitiveLiteral,
     PrimitiveType, Schema as IcebergSchema, Struct, Transform, Type,
 };
 use iceberg::table::Table;
 
-/// How many manifests of one snapshot are read concurrently.
-const MANIFEST_READ_CONCURRENCY: usize = 8;
+use crate::commit::load_manifests;
+use icemerge_proto::error::io_error;
 
 /// Map type produced by arrow's `MapBuilder` with default field names
 /// (`entries` / `keys` / `values`, values nullable).
@@ -49,7 +48,7 @@ fn map_type(key: DataType, value: DataType) -> DataType {
 }
 
 fn iceberg_err(context: impl std::fmt::Display, e: iceberg::Error) -> DataFusionError {
-    DataFusionError::Execution(format!("{context}: {e}"))
+    io_error(format!("{context}: {e}"))
 }
 
 fn arrow_err(context: &str, e: arrow::error::ArrowError) -> DataFusionError {
@@ -176,35 +175,27 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
             )
         })?;
 
-    let file_io = table.file_io().clone();
-    let per_manifest: Vec<Vec<FileRow>> = futures::stream::iter(manifest_list.entries().to_vec())
-        .map(|manifest_file| {
-            let file_io = file_io.clone();
-            async move {
-                let manifest = manifest_file.load_manifest(&file_io).await.map_err(|e| {
-                    iceberg_err(
-                        format!("failed to read manifest {}", manifest_file.manifest_path),
-                        e,
-                    )
-                })?;
-                let spec = manifest.metadata().partition_spec();
-                let schema = manifest.metadata().schema();
-                let rows = manifest
-                    .entries()
-                    .iter()
-                    .filter(|entry| entry.status() != ManifestStatus::Deleted)
-                    .map(|entry| FileRow {
-                        entry: entry.clone(),
-                        spec_id: manifest_file.partition_spec_id,
-                        partition: render_partition(entry.data_file().partition(), spec, schema),
-                    })
-                    .collect::<Vec<_>>();
-                Ok::<_, DataFusionError>(rows)
-            }
-        })
-        .buffered(MANIFEST_READ_CONCURRENCY)
-        .try_collect()
-        .await?;
+    let manifest_files = manifest_list.entries();
+    let manifests = load_manifests(table.file_io(), manifest_files)
+        .await
+        .map_err(|e| io_error(e.to_string()))?;
+    let per_manifest = manifest_files
+        .iter()
+        .zip(&manifests)
+        .map(|(manifest_file, manifest)| {
+            let spec = manifest.metadata().partition_spec();
+            let schema = manifest.metadata().schema();
+            manifest
+                .entries()
+                .iter()
+                .filter(|entry| entry.status() != ManifestStatus::Deleted)
+                .map(|entry| FileRow {
+                    entry: entry.clone(),
+                    spec_id: manifest_file.partition_spec_id,
+                    partition: render_partition(entry.data_file().partition(), spec, schema),
+                })
+                .collect::<Vec<_>>()
+        });
 
     let mut rows: Vec<FileRow> = per_manifest.into_iter().flatten().collect();
     rows.sort_by(|a, b| a.entry.file_path().cmp(b.entry.file_path()));

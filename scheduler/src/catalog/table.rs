@@ -12,7 +12,7 @@ use arrow::datatypes::SchemaRef;
 use async_trait::async_trait;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
@@ -27,6 +27,7 @@ use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use super::filter_pushdown::to_iceberg_predicate;
+use icemerge_proto::error::{internal, unsupported};
 
 /// One Iceberg table at one snapshot.
 #[derive(Debug, Clone)]
@@ -97,7 +98,7 @@ impl IcebergTableProvider {
         if let (true, Some(p)) = (self.row_ids, projection) {
             let n = self.schema.fields().len();
             if p.len() < 2 || p[p.len() - 2..] != [n - 2, n - 1] {
-                return Err(DataFusionError::Internal(format!(
+                return Err(internal(format!(
                     "row-id scan of {} must project _file and _pos last, got {p:?}",
                     self.name
                 )));
@@ -245,7 +246,7 @@ impl TableProvider for IcebergTableProvider {
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         if insert_op != InsertOp::Append {
-            return Err(DataFusionError::NotImplemented(format!(
+            return Err(unsupported(format!(
                 "{insert_op} into an Iceberg table is not supported; use INSERT INTO or MERGE"
             )));
         }

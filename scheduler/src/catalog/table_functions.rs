@@ -12,9 +12,10 @@ use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::listing::{
     ListingOptions, ListingTable, ListingTableConfig, ListingTableUrl,
 };
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::logical_expr::Expr;
 use datafusion::prelude::{SessionConfig, SessionContext};
+use icemerge_proto::error::invalid_input;
 
 /// Which file format a table function reads.
 #[derive(Debug, Clone, Copy)]
@@ -44,7 +45,7 @@ impl TableFunctionImpl for ReadFileFunction {
         let path = match args {
             [Expr::Literal(ScalarValue::Utf8(Some(p)), _)] => p.clone(),
             _ => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(invalid_input(format!(
                     "{}() takes one argument: a path string, e.g. {}('data/file')",
                     self.name(),
                     self.name()
@@ -60,10 +61,10 @@ impl TableFunctionImpl for ReadFileFunction {
             FileKind::Csv => ".csv",
         };
         let absolute = std::path::absolute(&path)
-            .map_err(|e| DataFusionError::Plan(format!("{}('{path}'): {e}", self.name())))?;
+            .map_err(|e| invalid_input(format!("{}('{path}'): {e}", self.name())))?;
         let is_dir = absolute.is_dir();
         if !is_dir && !path.contains('*') && !absolute.exists() {
-            return Err(DataFusionError::Plan(format!(
+            return Err(invalid_input(format!(
                 "{}('{path}'): no such file or directory",
                 self.name()
             )));
@@ -81,7 +82,7 @@ impl TableFunctionImpl for ReadFileFunction {
                 let schema = options
                     .infer_schema(&state, &url)
                     .await
-                    .map_err(|e| DataFusionError::Plan(format!("{name}('{path}'): {e}")))?;
+                    .map_err(|e| invalid_input(format!("{name}('{path}'): {e}")))?;
                 let table_config = ListingTableConfig::new(url)
                     .with_listing_options(options)
                     .with_schema(schema);

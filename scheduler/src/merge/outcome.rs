@@ -78,7 +78,7 @@ pub async fn commit_merge(
     planned: &PlannedMerge,
     outcome: &MergeOutcome,
 ) -> Result<Option<i64>> {
-    use crate::overwrite_commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
+    use crate::commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
     if outcome.added.is_empty() && outcome.removed.is_empty() {
         return Ok(None);
     }

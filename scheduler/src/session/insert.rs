@@ -28,7 +28,7 @@ impl Session {
             let files = data_files_from_batches(&metadata, &batches)?;
             let rows: u64 = files.iter().map(|f| f.record_count()).sum();
             if !files.is_empty() {
-                commit_append(self.catalog.catalog.as_ref(), &ident, files).await?;
+                commit_append(&self.catalog, &ident, files).await?;
             }
             Ok(rows)
         }

@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::catalog::redact;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::TableIdent;
+use icemerge_proto::error::{internal, invalid_input, io_error};
 use sqlx::any::{install_default_drivers, AnyPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Row};
@@ -43,7 +44,7 @@ fn bind_style(uri: &str) -> Result<BindStyle> {
     } else if uri.starts_with("postgres:") || uri.starts_with("postgresql:") {
         Ok(BindStyle::DollarNumeric)
     } else {
-        Err(DataFusionError::Configuration(format!(
+        Err(invalid_input(format!(
             "unsupported catalog URI '{}': expected sqlite://... or postgres://...",
             redact(uri)
         )))
@@ -73,7 +74,7 @@ fn placeholders(sql: &str, style: BindStyle) -> String {
 }
 
 fn sql_err(uri: &str, what: &str, e: sqlx::Error) -> DataFusionError {
-    DataFusionError::Execution(format!("catalog '{}': {what}: {e}", redact(uri)))
+    io_error(format!("catalog '{}': {what}: {e}", redact(uri)))
 }
 
 async fn pool_for(uri: &str) -> Result<AnyPool> {
@@ -170,7 +171,7 @@ pub async fn swap_metadata_location(
     match result.rows_affected() {
         0 => Ok(false),
         1 => Ok(true),
-        n => Err(DataFusionError::Internal(format!(
+        n => Err(internal(format!(
             "catalog '{}': updating the metadata location of {ident} changed {n} rows",
             redact(uri)
         ))),

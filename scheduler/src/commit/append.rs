@@ -1,0 +1,179 @@
+//! The append action (INSERT, CREATE TABLE AS): the writer tasks' data files
+//! become one `append` snapshot on top of the table as it is at commit time.
+//! Appends never conflict, so a commit that loses the catalog swap to
+//! another writer reloads the table and produces again, up to the table's
+//! `commit.retry.*` settings. If the statement fails, the caller deletes
+//! every file it wrote ([`discard_write`]).
+
+use std::time::{Duration, Instant};
+
+use arrow::array::{Array, StringArray};
+use arrow::record_batch::RecordBatch;
+use datafusion::error::Result;
+use iceberg::spec::{
+    deserialize_data_file_from_json, DataFile, Operation, TableMetadata, TableProperties,
+};
+use iceberg::TableIdent;
+use icemerge_executor::cleanup::{data_location, delete_files_with_prefix};
+use icemerge_executor::iceberg_err;
+
+use super::plan::ManifestPolicy;
+use super::producer::{produce, CatalogRow, Outcome, SnapshotChanges};
+use crate::catalog::OpenCatalog;
+use icemerge_proto::error::{conflict, internal, unsupported};
+
+/// Reads the data files out of `IcebergWriteExec` output batches.
+pub fn data_files_from_batches(
+    metadata: &TableMetadata,
+    batches: &[RecordBatch],
+) -> Result<Vec<DataFile>> {
+    let spec = metadata.default_partition_spec();
+    let partition_type = metadata.default_partition_type();
+    let schema = metadata.current_schema();
+    let mut files = vec![];
+    for batch in batches {
+        let column = batch
+            .column_by_name("data_file")
+            .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            .ok_or_else(|| internal("writer output without data_file column"))?;
+        for i in 0..column.len() {
+            let file = deserialize_data_file_from_json(
+                column.value(i),
+                spec.spec_id(),
+                partition_type,
+                schema,
+            )
+            .map_err(iceberg_err)?;
+            files.push(file);
+        }
+    }
+    Ok(files)
+}
+
+/// Appends `files` to `ident` as one snapshot (operation `append`), built on
+/// the table as the catalog has it now.
+pub async fn commit_append(
+    catalog: &OpenCatalog,
+    ident: &TableIdent,
+    files: Vec<DataFile>,
+) -> Result<()> {
+    let row = CatalogRow {
+        uri: &catalog.uri,
+        catalog_name: &catalog.name,
+    };
+    let mut retries: Option<Retries> = None;
+    loop {
+        let table = catalog
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(iceberg_err)?;
+        let properties = table.metadata().table_properties().map_err(iceberg_err)?;
+        if properties.encryption_key_id.is_some() {
+            return Err(unsupported(format!(
+                "commit to {ident}: encrypted tables are not supported"
+            )));
+        }
+        let retries = retries.get_or_insert_with(|| Retries::of(&properties));
+        let outcome = produce(&row, &table, append(files.clone())).await?;
+        if outcome != Outcome::Lost {
+            return Ok(());
+        }
+        if !retries.wait().await {
+            return Err(conflict(format!(
+                "concurrent commit to {ident}: other writers committed first {} times in a row; \
+                 nothing was committed",
+                retries.lost
+            )));
+        }
+    }
+}
+
+fn append(files: Vec<DataFile>) -> SnapshotChanges {
+    SnapshotChanges {
+        operation: Operation::Append,
+        added: files,
+        removed: Default::default(),
+        properties: Default::default(),
+        policy: ManifestPolicy::FastAppend,
+    }
+}
+
+/// Waits between attempts of a lost append: exponential backoff within the
+/// table's `commit.retry.num-retries`, `commit.retry.min-wait-ms`,
+/// `commit.retry.max-wait-ms` and `commit.retry.total-timeout-ms`.
+struct Retries {
+    left: usize,
+    delay: Duration,
+    max_delay: Duration,
+    /// None: no limit within reach.
+    deadline: Option<Instant>,
+    /// Attempts lost so far.
+    lost: usize,
+}
+
+impl Retries {
+    fn of(properties: &TableProperties) -> Self {
+        Retries {
+            left: properties.commit_num_retries,
+            delay: Duration::from_millis(properties.commit_min_retry_wait_ms),
+            max_delay: Duration::from_millis(properties.commit_max_retry_wait_ms),
+            deadline: Instant::now().checked_add(Duration::from_millis(
+                properties.commit_total_retry_timeout_ms,
+            )),
+            lost: 0,
+        }
+    }
+
+    /// Counts a lost attempt and sleeps before the next one; `false` when
+    /// none is left.
+    async fn wait(&mut self) -> bool {
+        self.lost += 1;
+        let past_deadline = self.deadline.is_some_and(|deadline| {
+            (Instant::now().checked_add(self.delay)).is_none_or(|wake| wake > deadline)
+        });
+        if self.left == 0 || past_deadline {
+            return false;
+        }
+        tokio::time::sleep(self.delay).await;
+        self.left -= 1;
+        self.delay = self.delay.saturating_mul(2).min(self.max_delay);
+        true
+    }
+}
+
+/// Deletes every file a statement with `write_id` wrote into the table.
+pub fn discard_write(metadata: &TableMetadata, write_id: &str) -> usize {
+    delete_files_with_prefix(&data_location(metadata), write_id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn retries_back_off_up_to_the_limits() {
+        let mut retries = Retries {
+            left: 2,
+            delay: Duration::from_millis(1),
+            max_delay: Duration::from_millis(3),
+            deadline: None,
+            lost: 0,
+        };
+        assert!(retries.wait().await);
+        assert_eq!(retries.delay, Duration::from_millis(2));
+        assert!(retries.wait().await);
+        assert_eq!(retries.delay, Duration::from_millis(3));
+        assert!(!retries.wait().await);
+        assert_eq!(retries.lost, 3);
+
+        let mut retries = Retries {
+            left: 5,
+            delay: Duration::from_secs(60),
+            max_delay: Duration::from_secs(60),
+            deadline: Some(Instant::now() + Duration::from_secs(1)),
+            lost: 0,
+        };
+        assert!(!retries.wait().await, "would sleep past the deadline");
+    }
+}

@@ -1,0 +1,525 @@
+//! Which manifests of the base snapshot the new snapshot carries, rewrites or
+//! drops: a pure function over small views of the manifest list and of the
+//! loaded manifests, so every rule is tested without I/O.
+//!
+//! Rules (for [`ManifestPolicy::Merging`], the overwrite's):
+//! - a delete manifest is carried (same manifest list entry);
+//! - a data manifest with no live file (by its counts, or once loaded) is
+//!   dropped;
+//! - a data manifest not loaded, or loaded with no removed file, is carried;
+//! - a data manifest whose every live file is removed is dropped, its
+//!   removed entries going into a deleted-only manifest (one per spec);
+//! - a data manifest with some removed files is rewritten: survivors
+//!   `Existing`, removed ones `Deleted`; entries already dead are left out.
+//!
+//! Under [`ManifestPolicy::FastAppend`] (INSERT's, which removes nothing) a
+//! manifest is carried while the manifest list's counts record any file in
+//! it, live or deleted. Under either policy, an added path that is live in
+//! a loaded manifest, or a removed path that is live in none, is refused.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use iceberg::spec::{FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile};
+
+/// How an action treats the base snapshot's manifests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ManifestPolicy {
+    /// Append only: every data manifest that may hold live files is read to
+    /// refuse an added path already in the table; a manifest is carried
+    /// while it records any file (live or deleted); the new manifest comes
+    /// after the carried ones.
+    FastAppend,
+    /// Remove and add: data manifests are read only when files are removed;
+    /// manifests without live files are dropped; new manifests come first.
+    Merging,
+}
+
+/// What planning needs to know about one manifest of the base snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ManifestView {
+    /// A delete manifest (position or equality delete files).
+    pub deletes: bool,
+    /// Its counts allow added or existing (live) files.
+    pub may_have_live: bool,
+    /// Its counts allow deleted entries.
+    pub has_deleted: bool,
+    /// Its partition spec.
+    pub spec_id: i32,
+    /// A format-version 3 manifest whose files carry row ids: a rewrite
+    /// needs every survivor's `first_row_id`.
+    pub keeps_row_ids: bool,
+}
+
+impl ManifestView {
+    pub(crate) fn of(manifest: &ManifestFile, format_version: FormatVersion) -> Self {
+        ManifestView {
+            deletes: manifest.content == ManifestContentType::Deletes,
+            may_have_live: manifest.has_added_files() || manifest.has_existing_files(),
+            has_deleted: manifest.has_deleted_files(),
+            spec_id: manifest.partition_spec_id,
+            keeps_row_ids: format_version >= FormatVersion::V3 && manifest.first_row_id.is_some(),
+        }
+    }
+}
+
+/// What planning needs to know about one entry of a loaded manifest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EntryView<'a> {
+    pub path: &'a str,
+    /// `Added` or `Existing`.
+    pub alive: bool,
+    pub has_first_row_id: bool,
+}
+
+impl<'a> EntryView<'a> {
+    pub(crate) fn of(entry: &'a ManifestEntryRef) -> Self {
+        EntryView {
+            path: entry.file_path(),
+            alive: entry.is_alive(),
+            has_first_row_id: entry.data_file().first_row_id().is_some(),
+        }
+    }
+}
+
+/// Everything [`plan_manifests`] decides on.
+pub(crate) struct PlanInput<'a> {
+    /// The base snapshot's manifest list, in order.
+    pub manifests: &'a [ManifestView],
+    /// The entries of the manifests that were read, by index in `manifests`
+    /// (those [`manifests_to_load`] names).
+    pub loaded: &'a HashMap<usize, Vec<EntryView<'a>>>,
+    /// Paths of data files to remove.
+    pub removed: &'a HashSet<String>,
+    /// Paths of data files to add.
+    pub added: &'a HashSet<&'a str>,
+    pub policy: ManifestPolicy,
+}
+
+/// An entry of a base manifest: (manifest index, entry index).
+pub(crate) type EntryAt = (usize, usize);
+
+/// What a rewritten manifest records for an entry of the original.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// A survivor, with its original snapshot id and sequence numbers.
+    Existing,
+    /// Removed by this commit.
+    Deleted,
+}
+
+/// One manifest of the base snapshot, decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Decision {
+    /// The same manifest list entry.
+    Carry,
+    /// A new manifest with these entries (by index), in the original order.
+    Rewrite(Vec<(usize, Fate)>),
+    /// Not in the new manifest list.
+    Drop,
+}
+
+/// The outcome of [`plan_manifests`].
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct ManifestPlan {
+    /// One per base manifest, in order.
+    pub decisions: Vec<Decision>,
+    /// Every removed entry (for the snapshot summary).
+    pub removed: Vec<EntryAt>,
+    /// Removed entries of wholly dead manifests, for deleted-only manifests,
+    /// by partition spec id.
+    pub deleted_only: BTreeMap<i32, Vec<EntryAt>>,
+}
+
+/// Why a commit cannot be planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PlanError {
+    /// An added path is live in the base snapshot.
+    AlreadyInTable(String),
+    /// Rewriting this manifest (by index) would lose its files' row ids.
+    RowIdsLost(usize),
+    /// Removed paths not live in the base snapshot, sorted.
+    NotLive(Vec<String>),
+}
+
+/// The manifests (by index) whose entries planning needs.
+pub(crate) fn manifests_to_load(
+    manifests: &[ManifestView],
+    policy: ManifestPolicy,
+    removing: bool,
+) -> Vec<usize> {
+    if policy == ManifestPolicy::Merging && !removing {
+        return vec![];
+    }
+    manifests
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| !m.deletes && m.may_have_live)
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Decides every base manifest.
+pub(crate) fn plan_manifests(input: &PlanInput) -> Result<ManifestPlan, PlanError> {
+    let mut plan = ManifestPlan::default();
+    let mut found: HashSet<&str> = HashSet::new();
+    for (i, view) in input.manifests.iter().enumerate() {
+        let carried_delete_manifest =
+            view.deletes && (view.may_have_live || input.policy == ManifestPolicy::Merging);
+        let decision = if carried_delete_manifest {
+            Decision::Carry
+        } else if !view.may_have_live {
+            unlive(view, input.policy)
+        } else if let Some(entries) = input.loaded.get(&i) {
+            decide_loaded(input, i, view, entries, &mut plan, &mut found)?
+        } else {
+            Decision::Carry
+        };
+        plan.decisions.push(decision);
+    }
+    if found.len() != input.removed.len() {
+        let mut missing: Vec<String> = input
+            .removed
+            .iter()
+            .filter(|p| !found.contains(p.as_str()))
+            .cloned()
+            .collect();
+        missing.sort();
+        return Err(PlanError::NotLive(missing));
+    }
+    Ok(plan)
+}
+
+/// A manifest whose counts allow no live file.
+fn unlive(view: &ManifestView, policy: ManifestPolicy) -> Decision {
+    match policy {
+        ManifestPolicy::FastAppend if view.has_deleted => Decision::Carry,
+        _ => Decision::Drop,
+    }
+}
+
+/// A manifest whose entries were read.
+fn decide_loaded<'a>(
+    input: &PlanInput<'a>,
+    index: usize,
+    view: &ManifestView,
+    entries: &[EntryView<'a>],
+    plan: &mut ManifestPlan,
+    found: &mut HashSet<&'a str>,
+) -> Result<Decision, PlanError> {
+    let mut fates = vec![];
+    let mut hits = vec![];
+    for (e, entry) in entries.iter().enumerate().filter(|(_, e)| e.alive) {
+        if input.added.contains(entry.path) {
+            return Err(PlanError::AlreadyInTable(entry.path.to_string()));
+        }
+        if input.removed.contains(entry.path) {
+            found.insert(entry.path);
+            hits.push((index, e));
+            fates.push((e, Fate::Deleted));
+        } else {
+            fates.push((e, Fate::Existing));
+        }
+    }
+    plan.removed.extend(hits.iter().copied());
+    if fates.is_empty() {
+        // Counted as live, but holds none.
+        return Ok(match input.policy {
+            ManifestPolicy::FastAppend => Decision::Carry,
+            ManifestPolicy::Merging => Decision::Drop,
+        });
+    }
+    if hits.is_empty() {
+        return Ok(Decision::Carry);
+    }
+    if hits.len() == fates.len() {
+        plan.deleted_only
+            .entry(view.spec_id)
+            .or_default()
+            .extend(hits);
+        return Ok(Decision::Drop);
+    }
+    let loses_row_ids = view.keeps_row_ids
+        && fates
+            .iter()
+            .any(|&(e, fate)| fate == Fate::Existing && !entries[e].has_first_row_id);
+    if loses_row_ids {
+        return Err(PlanError::RowIdsLost(index));
+    }
+    Ok(Decision::Rewrite(fates))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(spec_id: i32) -> ManifestView {
+        ManifestView {
+            deletes: false,
+            may_have_live: true,
+            has_deleted: false,
+            spec_id,
+            keeps_row_ids: false,
+        }
+    }
+
+    /// A manifest whose counts say it only records deleted files.
+    fn deleted_only() -> ManifestView {
+        ManifestView {
+            may_have_live: false,
+            has_deleted: true,
+            ..data(0)
+        }
+    }
+
+    fn deletes() -> ManifestView {
+        ManifestView {
+            deletes: true,
+            ..data(0)
+        }
+    }
+
+    fn live(path: &str) -> EntryView<'_> {
+        EntryView {
+            path,
+            alive: true,
+            has_first_row_id: false,
+        }
+    }
+
+    fn dead(path: &str) -> EntryView<'_> {
+        EntryView {
+            alive: false,
+            ..live(path)
+        }
+    }
+
+    struct Case<'a> {
+        manifests: Vec<ManifestView>,
+        loaded: HashMap<usize, Vec<EntryView<'a>>>,
+        removed: HashSet<String>,
+        added: HashSet<&'a str>,
+        policy: ManifestPolicy,
+    }
+
+    impl<'a> Case<'a> {
+        fn new(manifests: Vec<ManifestView>, loaded: Vec<(usize, Vec<EntryView<'a>>)>) -> Self {
+            Case {
+                manifests,
+                loaded: loaded.into_iter().collect(),
+                removed: HashSet::new(),
+                added: HashSet::new(),
+                policy: ManifestPolicy::Merging,
+            }
+        }
+
+        fn removing(mut self, paths: &[&str]) -> Self {
+            self.removed = paths.iter().map(|p| p.to_string()).collect();
+            self
+        }
+
+        fn adding(mut self, paths: &[&'a str]) -> Self {
+            self.added = paths.iter().copied().collect();
+            self
+        }
+
+        fn policy(mut self, policy: ManifestPolicy) -> Self {
+            self.policy = policy;
+            self
+        }
+
+        fn plan(&self) -> Result<ManifestPlan, PlanError> {
+            plan_manifests(&PlanInput {
+                manifests: &self.manifests,
+                loaded: &self.loaded,
+                removed: &self.removed,
+                added: &self.added,
+                policy: self.policy,
+            })
+        }
+    }
+
+    #[test]
+    fn untouched_manifests_are_carried() {
+        let case = Case::new(
+            vec![data(0), data(0)],
+            vec![(0, vec![live("a"), live("b")]), (1, vec![live("c")])],
+        )
+        .removing(&["c"]);
+        let plan = case.plan().unwrap();
+        assert_eq!(plan.decisions[0], Decision::Carry);
+        // Not read at all: carried as well.
+        let plan = Case::new(vec![data(0)], vec![]).plan().unwrap();
+        assert_eq!(plan.decisions, vec![Decision::Carry]);
+    }
+
+    #[test]
+    fn partly_hit_manifest_is_rewritten() {
+        let case = Case::new(
+            vec![data(0)],
+            vec![(0, vec![live("a"), dead("gone"), live("b"), live("c")])],
+        )
+        .removing(&["b"]);
+        let plan = case.plan().unwrap();
+        assert_eq!(
+            plan.decisions,
+            vec![Decision::Rewrite(vec![
+                (0, Fate::Existing),
+                (2, Fate::Deleted),
+                (3, Fate::Existing),
+            ])]
+        );
+        assert_eq!(plan.removed, vec![(0, 2)]);
+        assert!(plan.deleted_only.is_empty());
+    }
+
+    #[test]
+    fn wholly_dead_manifests_go_to_deleted_only_manifests_by_spec() {
+        let case = Case::new(
+            vec![data(0), data(1), data(0), data(0)],
+            vec![
+                (0, vec![live("a"), dead("old")]),
+                (1, vec![live("b")]),
+                (2, vec![live("c")]),
+                (3, vec![live("keep")]),
+            ],
+        )
+        .removing(&["a", "b", "c"]);
+        let plan = case.plan().unwrap();
+        use Decision::*;
+        assert_eq!(plan.decisions, vec![Drop, Drop, Drop, Carry]);
+        let expected: BTreeMap<i32, Vec<EntryAt>> =
+            [(0, vec![(0, 0), (2, 0)]), (1, vec![(1, 0)])].into();
+        assert_eq!(plan.deleted_only, expected);
+        assert_eq!(plan.removed, vec![(0, 0), (1, 0), (2, 0)]);
+    }
+
+    #[test]
+    fn manifests_without_live_files_are_dropped() {
+        // By their counts (not read), or once read.
+        let case = Case::new(
+            vec![deleted_only(), data(0), data(0)],
+            vec![(1, vec![dead("x")]), (2, vec![live("a")])],
+        )
+        .removing(&["a"]);
+        assert_eq!(
+            manifests_to_load(&case.manifests, ManifestPolicy::Merging, true),
+            vec![1, 2]
+        );
+        let plan = case.plan().unwrap();
+        assert_eq!(
+            plan.decisions,
+            vec![Decision::Drop, Decision::Drop, Decision::Drop]
+        );
+    }
+
+    #[test]
+    fn delete_manifests_are_carried() {
+        let case = Case::new(vec![deletes(), data(0)], vec![(1, vec![live("a")])]).removing(&["a"]);
+        assert_eq!(
+            manifests_to_load(&case.manifests, ManifestPolicy::Merging, true),
+            vec![1]
+        );
+        let plan = case.plan().unwrap();
+        assert_eq!(plan.decisions, vec![Decision::Carry, Decision::Drop]);
+    }
+
+    #[test]
+    fn removed_paths_not_live_are_refused_sorted() {
+        let case = Case::new(vec![data(0)], vec![(0, vec![live("a"), dead("b")])])
+            .removing(&["z", "a", "b"]);
+        assert_eq!(
+            case.plan().unwrap_err(),
+            PlanError::NotLive(vec!["b".into(), "z".into()])
+        );
+        // No snapshot at all.
+        let case = Case::new(vec![], vec![]).removing(&["a"]);
+        assert_eq!(
+            case.plan().unwrap_err(),
+            PlanError::NotLive(vec!["a".into()])
+        );
+    }
+
+    #[test]
+    fn added_path_already_live_is_refused() {
+        let case = Case::new(vec![data(0)], vec![(0, vec![live("a"), live("b")])])
+            .removing(&["a"])
+            .adding(&["b"]);
+        assert_eq!(
+            case.plan().unwrap_err(),
+            PlanError::AlreadyInTable("b".into())
+        );
+        // A dead entry with that path is history, not a conflict.
+        let case = Case::new(vec![data(0)], vec![(0, vec![live("a"), dead("b")])])
+            .removing(&["a"])
+            .adding(&["b"]);
+        assert!(case.plan().is_ok());
+    }
+
+    #[test]
+    fn rewrite_that_would_lose_row_ids_is_refused() {
+        let v3 = ManifestView {
+            keeps_row_ids: true,
+            ..data(0)
+        };
+        let with_id = EntryView {
+            has_first_row_id: true,
+            ..live("b")
+        };
+        let case =
+            Case::new(vec![data(0), v3], vec![(1, vec![live("a"), live("b")])]).removing(&["a"]);
+        assert_eq!(case.plan().unwrap_err(), PlanError::RowIdsLost(1));
+        let case = Case::new(vec![v3], vec![(0, vec![live("a"), with_id])]).removing(&["a"]);
+        assert!(matches!(
+            case.plan().unwrap().decisions[0],
+            Decision::Rewrite(_)
+        ));
+    }
+
+    #[test]
+    fn what_is_read() {
+        let manifests = vec![data(0), deletes(), deleted_only(), data(1)];
+        assert!(manifests_to_load(&manifests, ManifestPolicy::Merging, false).is_empty());
+        assert_eq!(
+            manifests_to_load(&manifests, ManifestPolicy::Merging, true),
+            vec![0, 3]
+        );
+        // An append reads the live data manifests to refuse duplicates.
+        assert_eq!(
+            manifests_to_load(&manifests, ManifestPolicy::FastAppend, false),
+            vec![0, 3]
+        );
+    }
+
+    #[test]
+    fn fast_append_keeps_manifests_recording_deleted_files() {
+        let nothing = ManifestView {
+            has_deleted: false,
+            ..deleted_only()
+        };
+        let empty_deletes = ManifestView {
+            deletes: true,
+            ..nothing
+        };
+        let case = Case::new(
+            vec![
+                data(0),
+                deleted_only(),
+                nothing,
+                deletes(),
+                empty_deletes,
+                data(0),
+            ],
+            vec![(0, vec![live("a")]), (5, vec![dead("x")])],
+        )
+        .adding(&["new"])
+        .policy(ManifestPolicy::FastAppend);
+        let plan = case.plan().unwrap();
+        use Decision::*;
+        assert_eq!(plan.decisions, vec![Carry, Carry, Drop, Carry, Drop, Carry]);
+        let case = case.adding(&["a"]);
+        assert_eq!(
+            case.plan().unwrap_err(),
+            PlanError::AlreadyInTable("a".into())
+        );
+    }
+}

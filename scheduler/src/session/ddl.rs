@@ -1,6 +1,10 @@
 //! DDL statements, run against the catalog directly: `CREATE SCHEMA`,
 //! `DROP SCHEMA`, `CREATE TABLE [AS SELECT]`, `DROP TABLE` (which purges
 //! the table's files, as Trino does).
+//!
+//! The table property `format-version` (Spark's; `format_version` is
+//! Trino's spelling) is not stored: it chooses the new table's Iceberg format
+//! version, 1 or 2 (default 2).
 
 use std::collections::HashMap;
 
@@ -8,7 +12,7 @@ use arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use iceberg::spec::TableProperties;
+use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::ddl::{self, CreateTable};
@@ -137,7 +141,17 @@ impl Session {
             }
         };
         let spec = ddl::build_partition_spec(&schema, &create.partition_by)?;
-        let properties: HashMap<String, String> = create.properties.iter().cloned().collect();
+        let mut properties: HashMap<String, String> = create.properties.iter().cloned().collect();
+        let format_version = take_format_version(&ident, &mut properties)?;
+        if let Some(reserved) = TableProperties::RESERVED_PROPERTIES
+            .iter()
+            .find(|key| properties.contains_key(**key))
+        {
+            return Err(DataFusionError::Plan(format!(
+                "CREATE TABLE {ident}: table property '{reserved}' is reserved: Iceberg \
+                 sets it itself"
+            )));
+        }
         TableProperties::try_from(&properties).map_err(|e| {
             DataFusionError::Plan(format!(
                 "CREATE TABLE {ident}: invalid table property: {}",
@@ -149,6 +163,7 @@ impl Session {
             .schema(schema)
             .partition_spec(spec)
             .properties(properties)
+            .format_version(format_version)
             .build();
         self.catalog
             .catalog
@@ -192,5 +207,39 @@ impl Session {
                 "CREATE TABLE {ident} AS: unsupported column type: {e}"
             ))
         })
+    }
+}
+
+/// Takes `format-version` (Spark / Iceberg) or `format_version` (Trino) out
+/// of `properties`: the format version of the new table, V2 when absent.
+fn take_format_version(
+    ident: &iceberg::TableIdent,
+    properties: &mut HashMap<String, String>,
+) -> Result<FormatVersion> {
+    let given: Vec<(&str, String)> = ["format-version", "format_version"]
+        .into_iter()
+        .filter_map(|key| properties.remove(key).map(|value| (key, value)))
+        .collect();
+    let (key, value) = match given.as_slice() {
+        [] => return Ok(FormatVersion::V2),
+        [one] => one,
+        _ => {
+            return Err(DataFusionError::Plan(format!(
+                "CREATE TABLE {ident}: give the format version once, as 'format-version' or \
+                 'format_version', not both"
+            )))
+        }
+    };
+    match value.as_str() {
+        "1" => Ok(FormatVersion::V1),
+        "2" => Ok(FormatVersion::V2),
+        "3" => Err(DataFusionError::Plan(format!(
+            "CREATE TABLE {ident}: table property '{key}' = '3': icemerge does not write \
+             format v3 tables (format versions 1 and 2 are supported)"
+        ))),
+        other => Err(DataFusionError::Plan(format!(
+            "CREATE TABLE {ident}: invalid value '{other}' for table property '{key}': \
+             expected 1 or 2"
+        ))),
     }
 }

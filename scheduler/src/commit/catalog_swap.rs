@@ -8,7 +8,9 @@
 //! writer committed first.
 //!
 //! Connection pools are cached per catalog URI, so repeated commits do not
-//! reconnect.
+//! reconnect. Every SQLite connection waits up to [`SQLITE_BUSY_TIMEOUT`]
+//! for another process's lock on the database file instead of failing with
+//! "database is locked".
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -21,6 +23,9 @@ use icemerge_proto::error::{internal, invalid_input, io_error};
 use sqlx::any::{install_default_drivers, AnyPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Row};
+
+/// How long a SQLite connection waits for another connection's lock.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pools by catalog URI.
 static POOLS: OnceLock<Mutex<HashMap<String, AnyPool>>> = OnceLock::new();
@@ -82,7 +87,18 @@ async fn pool_for(uri: &str) -> Result<AnyPool> {
         return Ok(pool.clone());
     }
     install_default_drivers();
+    let sqlite = bind_style(uri)? == BindStyle::QMark;
     let pool = AnyPoolOptions::new()
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if sqlite {
+                    let pragma =
+                        format!("PRAGMA busy_timeout = {}", SQLITE_BUSY_TIMEOUT.as_millis());
+                    sqlx::Executor::execute(conn, pragma.as_str()).await?;
+                }
+                Ok(())
+            })
+        })
         .max_connections(4)
         .min_connections(0)
         .idle_timeout(Duration::from_secs(30))

@@ -17,8 +17,9 @@ use icemerge_proto::error::io_error;
 
 use super::context::{CommitContext, ConflictFilter};
 use super::isolation::IsolationLevel;
-use super::manifests::{load_manifests, read_manifest_list};
+use super::manifests::read_manifest_list;
 use super::validation::{validate, Conflict, ConflictKind, HeadView, SnapshotChangesView};
+use crate::catalog::manifests::load_manifests;
 
 /// Validates a statement that read `base` and removes `removed` against
 /// every snapshot `head` (the table as reloaded) committed since.

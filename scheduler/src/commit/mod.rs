@@ -52,6 +52,7 @@ mod summary;
 mod tests;
 mod validation;
 
+pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
 pub use context::{CommitContext, ConflictFilter};
@@ -59,6 +60,5 @@ pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
     UPDATE_ISOLATION_LEVEL,
 };
-pub use manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
 pub use validation::{Conflict, ConflictKind};

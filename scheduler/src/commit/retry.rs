@@ -3,6 +3,8 @@
 //! `commit.retry.min-wait-ms`, `commit.retry.max-wait-ms` and
 //! `commit.retry.total-timeout-ms` table properties (defaults 4, 100 ms,
 //! 60 s, 30 min), shared by every action that rebases and swaps again.
+//! Like Iceberg's, each wait adds a random jitter of up to 10%, so writers
+//! that lost together do not retry in lockstep.
 
 use std::time::{Duration, Instant};
 
@@ -44,11 +46,18 @@ impl Retries {
         if self.left == 0 || past_deadline {
             return false;
         }
-        tokio::time::sleep(self.delay).await;
+        tokio::time::sleep(self.delay + jitter(self.delay)).await;
         self.left -= 1;
         self.delay = self.delay.saturating_mul(2).min(self.max_delay);
         true
     }
+}
+
+/// A random duration below a tenth of `delay` (below 1 ms for delays under 10 ms).
+fn jitter(delay: Duration) -> Duration {
+    let tenth = (delay.as_micros() / 10).max(1000);
+    let random = uuid::Uuid::new_v4().as_u128() % tenth;
+    Duration::from_micros(random as u64)
 }
 
 #[cfg(test)]
@@ -79,5 +88,13 @@ mod tests {
             lost: 0,
         };
         assert!(!retries.wait().await, "would sleep past the deadline");
+    }
+
+    #[test]
+    fn jitter_stays_below_a_tenth_of_the_delay() {
+        for _ in 0..100 {
+            assert!(jitter(Duration::from_millis(100)) < Duration::from_millis(10));
+            assert!(jitter(Duration::ZERO) < Duration::from_millis(1));
+        }
     }
 }

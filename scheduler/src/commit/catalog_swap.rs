@@ -8,24 +8,22 @@
 //! writer committed first.
 //!
 //! Connection pools are cached per catalog URI, so repeated commits do not
-//! reconnect. Every SQLite connection waits up to [`SQLITE_BUSY_TIMEOUT`]
-//! for another process's lock on the database file instead of failing with
-//! "database is locked".
+//! reconnect. Every SQLite connection waits up to the catalog's
+//! `SQLITE_BUSY_TIMEOUT` for another process's lock on the database file
+//! instead of failing with "database is locked".
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::catalog::redact;
+use crate::catalog::sql_catalog::wait_for_sqlite_locks;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::TableIdent;
 use icemerge_proto::error::{internal, invalid_input, io_error};
 use sqlx::any::{install_default_drivers, AnyPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{Any, AnyPool, Row};
-
-/// How long a SQLite connection waits for another connection's lock.
-pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Pools by catalog URI.
 static POOLS: OnceLock<Mutex<HashMap<String, AnyPool>>> = OnceLock::new();
@@ -92,9 +90,7 @@ async fn pool_for(uri: &str) -> Result<AnyPool> {
         .after_connect(move |conn, _| {
             Box::pin(async move {
                 if sqlite {
-                    let pragma =
-                        format!("PRAGMA busy_timeout = {}", SQLITE_BUSY_TIMEOUT.as_millis());
-                    sqlx::Executor::execute(conn, pragma.as_str()).await?;
+                    wait_for_sqlite_locks(conn).await?;
                 }
                 Ok(())
             })

@@ -17,7 +17,8 @@ use icemerge_planner::merge::ExplainMerge;
 
 use crate::commit::{CommitOutcome, Conflict};
 use crate::merge::{
-    collect_fragments, commit_merge, discard_uncommitted, plan_merge, MergeOutcome, PlannedMerge,
+    collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge, MergeOutcome,
+    PlannedMerge,
 };
 
 use super::commit_pause::pause_before_commit;
@@ -57,7 +58,7 @@ impl Session {
             match self.execute_merge(&planned, &options).await {
                 Ok(Execution::Committed(outcome)) => break (planned, outcome),
                 Ok(Execution::Conflict(found)) => {
-                    discard_uncommitted(&planned, &[]);
+                    discard_failed(&planned, false); // the job finished: no task lingers
                     if !planned.deterministic_source
                         || reexecutions >= options.max_statement_retries
                     {
@@ -67,7 +68,7 @@ impl Session {
                     tracing::info!("{found}; running the MERGE again ({reexecutions})");
                 }
                 Err(e) => {
-                    discard_uncommitted(&planned, &[]);
+                    discard_failed(&planned, self.engine.scheduler_url().is_some());
                     return Err(e);
                 }
             }

@@ -23,6 +23,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
@@ -47,6 +48,11 @@ pub struct IcebergScanExec {
     /// Adds the row id columns `_file` and `_pos` (MERGE's target scan; the
     /// names are `icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN}`).
     pub row_ids: bool,
+    /// Every predicate that pruned this scan's files (pushed filters and
+    /// dynamic pruning together), as planned on the coordinator; not
+    /// shipped to executors, which do not need it. A MERGE's commit
+    /// validates concurrent snapshots with it.
+    pub pruned_by: Option<Predicate>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -83,6 +89,7 @@ impl IcebergScanExec {
             dynamic_predicate: String::new(),
             limit,
             row_ids: false,
+            pruned_by: None,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
@@ -98,6 +105,12 @@ impl IcebergScanExec {
     /// The same scan, showing `predicate` as the dynamic pruning it had.
     pub fn with_dynamic_predicate(mut self, predicate: String) -> Self {
         self.dynamic_predicate = predicate;
+        self
+    }
+
+    /// The same scan, recording the predicate that pruned its files.
+    pub fn with_pruned_by(mut self, predicate: Option<Predicate>) -> Self {
+        self.pruned_by = predicate;
         self
     }
 

@@ -12,8 +12,13 @@ use futures::future::join_all;
 use iceberg::spec::Operation;
 use iceberg::table::Table;
 use iceberg::{NamespaceIdent, TableIdent};
-use icemerge_scheduler::commit::{commit_overwrite, current_metadata_location, OverwriteCommit};
-use icemerge_scheduler::{EngineKind, Session, DEFAULT_CATALOG_NAME};
+use icemerge_proto::error::{ErrorKind, IcemergeError};
+use icemerge_scheduler::catalog::open_catalog;
+use icemerge_scheduler::commit::{
+    commit_overwrite, current_metadata_location, CommitContext, CommitOutcome, ConflictFilter,
+    ConflictKind, IsolationLevel, OverwriteCommit,
+};
+use icemerge_scheduler::{CatalogOptions, EngineKind, Session, DEFAULT_CATALOG_NAME};
 use icemerge_tests::{open_session_on, postgres_database, query};
 
 fn ident(ns: &str, name: &str) -> TableIdent {
@@ -80,10 +85,12 @@ async fn catalog_row(uri: &str, ns: &str, name: &str) -> (String, Option<String>
 }
 
 /// A commit built on a snapshot that is no longer current loses the
-/// compare-and-swap on the Postgres row: "concurrent commit", and the table,
-/// the row and the metadata directory are as the winner left them.
+/// compare-and-swap on the Postgres row, and validation finds that the
+/// winner removed the file it would remove: a conflict naming the winner's
+/// snapshot, and the table, the row and the metadata directory are as the
+/// winner left them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn lost_swap_is_a_concurrent_commit_and_changes_nothing() {
+async fn stale_commit_conflicts_and_changes_nothing() {
     let Some(db) = postgres_database("lost_swap").await else {
         return;
     };
@@ -112,6 +119,8 @@ async fn lost_swap_is_a_concurrent_commit_and_changes_nothing() {
     let (row_now, previous) = catalog_row(&db.uri, "db", "t").await;
     assert_ne!(row_now, row_before);
     assert_eq!(previous.as_deref(), Some(row_before.as_str()));
+    let winner = session.catalog().load_table(&t).await.unwrap();
+    let winner_snapshot = winner.metadata().current_snapshot_id();
     let metadata_dir = warehouse.path().join("db/t/metadata");
     let files_before = files_under(&metadata_dir);
 
@@ -120,9 +129,20 @@ async fn lost_swap_is_a_concurrent_commit_and_changes_nothing() {
     let live: Vec<_> = futures::TryStreamExt::try_collect(live).await.unwrap();
     let removed: HashSet<String> = live.iter().map(|t| t.data_file_path.clone()).collect();
     assert!(!removed.is_empty());
-    let err = commit_overwrite(
-        &db.uri,
-        DEFAULT_CATALOG_NAME,
+    let catalog = open_catalog(&CatalogOptions {
+        warehouse: warehouse.path().to_path_buf(),
+        catalog_uri: Some(db.uri.clone()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let context = CommitContext::copy_on_write(
+        stale.metadata().current_snapshot_id(),
+        IsolationLevel::Snapshot,
+        ConflictFilter::WholeTable,
+    );
+    let outcome = commit_overwrite(
+        &catalog,
         &stale,
         OverwriteCommit {
             added: vec![],
@@ -130,11 +150,19 @@ async fn lost_swap_is_a_concurrent_commit_and_changes_nothing() {
             summary: Default::default(),
             operation: Operation::Delete,
         },
+        &context,
     )
     .await
-    .unwrap_err()
-    .to_string();
-    assert!(err.contains("concurrent commit to db.t"), "{err}");
+    .unwrap();
+    let CommitOutcome::Conflict(conflict) = outcome else {
+        panic!("expected a conflict, got {outcome:?}");
+    };
+    assert_eq!(conflict.snapshot_id, winner_snapshot);
+    assert_eq!(conflict.table, "db.t");
+    assert!(
+        matches!(conflict.kind, ConflictKind::FileRemoved { .. }),
+        "{conflict}"
+    );
 
     assert_eq!(catalog_row(&db.uri, "db", "t").await.0, row_now);
     assert_eq!(
@@ -157,10 +185,11 @@ async fn lost_swap_is_a_concurrent_commit_and_changes_nothing() {
     db.drop().await;
 }
 
-/// Sessions racing MERGEs on one row: each statement either commits or
-/// fails with "concurrent commit"; the row counts exactly the commits, the
-/// snapshots are exactly those commits, and no data file of a failed
-/// statement is left in the warehouse.
+/// Sessions racing MERGEs on one row: each statement either commits (after
+/// re-executing on the snapshots that beat it) or fails with a conflict;
+/// the row counts exactly the commits, the snapshots are exactly those
+/// commits, and no data file of a failed statement is left in the
+/// warehouse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn racing_merges_serialise_on_the_catalog_row() {
     let Some(db) = postgres_database("racing_merges").await else {
@@ -196,10 +225,10 @@ async fn racing_merges_serialise_on_the_catalog_row() {
         .collect();
     let committed = outcomes.iter().filter(|o| o.is_ok()).count();
     for e in outcomes.iter().filter_map(|o| o.as_ref().err()) {
-        assert!(e.to_string().contains("concurrent commit"), "{e}");
+        assert_eq!(IcemergeError::kind_of(e), Some(ErrorKind::Conflict), "{e}");
     }
     eprintln!(
-        "{} merges: {committed} committed, {} lost the race",
+        "{} merges: {committed} committed, {} failed on a conflict",
         outcomes.len(),
         outcomes.len() - committed
     );

@@ -17,6 +17,11 @@
 //! Rows carry a catalog name (`catalog_name`); this catalog sees only the
 //! rows of its own name, so several catalogs can share a database. Spark's
 //! `JdbcCatalog` writes the name the Spark catalog is configured under.
+//!
+//! On SQLite every connection waits up to [`SQLITE_BUSY_TIMEOUT`] for
+//! another process's lock on the database file instead of failing with
+//! "database is locked" ([`wait_for_sqlite_locks`], also used by the
+//! commit's own connections).
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
@@ -118,6 +123,14 @@ impl SqlCatalog {
         };
         install_default_drivers();
         let pool = AnyPoolOptions::new()
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if !postgres {
+                        wait_for_sqlite_locks(conn).await?;
+                    }
+                    Ok(())
+                })
+            })
             .max_connections(10)
             .idle_timeout(Duration::from_secs(10))
             .test_before_acquire(true)
@@ -336,6 +349,17 @@ async fn detect_layout(pool: &AnyPool) -> Result<CatalogLayout> {
         }
         Err(e) => Err(sql_error("cannot read the layout of iceberg_tables", e)),
     }
+}
+
+/// How long a SQLite connection waits for another connection's lock.
+pub const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Makes a new SQLite connection wait up to [`SQLITE_BUSY_TIMEOUT`] for
+/// locks held by other connections (`PRAGMA busy_timeout`).
+pub(crate) async fn wait_for_sqlite_locks(conn: &mut sqlx::AnyConnection) -> sqlx::Result<()> {
+    let pragma = format!("PRAGMA busy_timeout = {}", SQLITE_BUSY_TIMEOUT.as_millis());
+    sqlx::Executor::execute(conn, pragma.as_str()).await?;
+    Ok(())
 }
 
 /// A namespace as the catalog stores it: its levels joined by '.'.

@@ -129,8 +129,11 @@ impl IcebergTableProvider {
         };
         let row_ids = self.row_ids;
         let prunes_only = self.pruning.is_some();
+        let pruned_by = predicate.clone();
         let finish = move |exec: IcebergScanExec| {
-            let exec = exec.with_dynamic_predicate(dynamic_text);
+            let exec = exec
+                .with_dynamic_predicate(dynamic_text)
+                .with_pruned_by(pruned_by);
             if row_ids {
                 exec.with_row_ids()
             } else {

@@ -5,14 +5,10 @@
 //! `commit.retry.*` settings. If the statement fails, the caller deletes
 //! every file it wrote ([`discard_write`]).
 
-use std::time::{Duration, Instant};
-
 use arrow::array::{Array, StringArray};
 use arrow::record_batch::RecordBatch;
 use datafusion::error::Result;
-use iceberg::spec::{
-    deserialize_data_file_from_json, DataFile, Operation, TableMetadata, TableProperties,
-};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation, TableMetadata};
 use iceberg::TableIdent;
 use icemerge_executor::cleanup::{
     data_location, delete_files_with_prefix, delete_files_with_prefix_now_and_later,
@@ -21,6 +17,7 @@ use icemerge_executor::iceberg_err;
 
 use super::plan::ManifestPolicy;
 use super::producer::{produce, CatalogRow, Outcome, SnapshotChanges};
+use super::retry::Retries;
 use crate::catalog::OpenCatalog;
 use icemerge_proto::error::{conflict, internal, unsupported};
 
@@ -101,49 +98,6 @@ fn append(files: Vec<DataFile>) -> SnapshotChanges {
     }
 }
 
-/// Waits between attempts of a lost append: exponential backoff within the
-/// table's `commit.retry.num-retries`, `commit.retry.min-wait-ms`,
-/// `commit.retry.max-wait-ms` and `commit.retry.total-timeout-ms`.
-struct Retries {
-    left: usize,
-    delay: Duration,
-    max_delay: Duration,
-    /// None: no limit within reach.
-    deadline: Option<Instant>,
-    /// Attempts lost so far.
-    lost: usize,
-}
-
-impl Retries {
-    fn of(properties: &TableProperties) -> Self {
-        Retries {
-            left: properties.commit_num_retries,
-            delay: Duration::from_millis(properties.commit_min_retry_wait_ms),
-            max_delay: Duration::from_millis(properties.commit_max_retry_wait_ms),
-            deadline: Instant::now().checked_add(Duration::from_millis(
-                properties.commit_total_retry_timeout_ms,
-            )),
-            lost: 0,
-        }
-    }
-
-    /// Counts a lost attempt and sleeps before the next one; `false` when
-    /// none is left.
-    async fn wait(&mut self) -> bool {
-        self.lost += 1;
-        let past_deadline = self.deadline.is_some_and(|deadline| {
-            (Instant::now().checked_add(self.delay)).is_none_or(|wake| wake > deadline)
-        });
-        if self.left == 0 || past_deadline {
-            return false;
-        }
-        tokio::time::sleep(self.delay).await;
-        self.left -= 1;
-        self.delay = self.delay.saturating_mul(2).min(self.max_delay);
-        true
-    }
-}
-
 /// Deletes every file a statement with `write_id` wrote into the table;
 /// with `tasks_may_linger` (the statement failed on a cluster whose
 /// executors may still be finishing its tasks) also again over the next
@@ -154,36 +108,5 @@ pub fn discard_write(metadata: &TableMetadata, write_id: &str, tasks_may_linger:
         delete_files_with_prefix_now_and_later(&location, write_id)
     } else {
         delete_files_with_prefix(&location, write_id)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn retries_back_off_up_to_the_limits() {
-        let mut retries = Retries {
-            left: 2,
-            delay: Duration::from_millis(1),
-            max_delay: Duration::from_millis(3),
-            deadline: None,
-            lost: 0,
-        };
-        assert!(retries.wait().await);
-        assert_eq!(retries.delay, Duration::from_millis(2));
-        assert!(retries.wait().await);
-        assert_eq!(retries.delay, Duration::from_millis(3));
-        assert!(!retries.wait().await);
-        assert_eq!(retries.lost, 3);
-
-        let mut retries = Retries {
-            left: 5,
-            delay: Duration::from_secs(60),
-            max_delay: Duration::from_secs(60),
-            deadline: Some(Instant::now() + Duration::from_secs(1)),
-            lost: 0,
-        };
-        assert!(!retries.wait().await, "would sleep past the deadline");
     }
 }

@@ -8,13 +8,16 @@
 //! writer committed first.
 //!
 //! Connection pools are cached per catalog URI, so repeated commits do not
-//! reconnect.
+//! reconnect. Every SQLite connection waits up to the catalog's
+//! `SQLITE_BUSY_TIMEOUT` for another process's lock on the database file
+//! instead of failing with "database is locked".
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::catalog::redact;
+use crate::catalog::sql_catalog::wait_for_sqlite_locks;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::TableIdent;
 use icemerge_proto::error::{internal, invalid_input, io_error};
@@ -82,7 +85,16 @@ async fn pool_for(uri: &str) -> Result<AnyPool> {
         return Ok(pool.clone());
     }
     install_default_drivers();
+    let sqlite = bind_style(uri)? == BindStyle::QMark;
     let pool = AnyPoolOptions::new()
+        .after_connect(move |conn, _| {
+            Box::pin(async move {
+                if sqlite {
+                    wait_for_sqlite_locks(conn).await?;
+                }
+                Ok(())
+            })
+        })
         .max_connections(4)
         .min_connections(0)
         .idle_timeout(Duration::from_secs(30))

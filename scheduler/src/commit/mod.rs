@@ -15,10 +15,20 @@
 //!    and the next metadata file (`metadata.rs`);
 //! 3. it swaps the catalog row from the base's metadata file to the new one
 //!    (`catalog_swap.rs`). A lost swap means another writer committed first:
-//!    what this commit wrote (`staging.rs` keeps the list) is deleted, and
-//!    the action fails ("concurrent commit") or, for an append, reloads
-//!    and produces again. A commit that adds and removes nothing makes no
+//!    what this commit wrote (`staging.rs` keeps the list) is deleted, the
+//!    table reloaded and the action produced again on the new head, within
+//!    the table's `commit.retry.*` settings (`retry.rs`). An append never
+//!    conflicts; an overwrite first validates every snapshot committed since
+//!    its base against its commit context (`context.rs`: base snapshot,
+//!    isolation level from `isolation.rs`, conflict filter, files it
+//!    depends on; the views read in `concurrent.rs`, the rules in
+//!    `validation.rs`). A commit that adds and removes nothing makes no
 //!    snapshot.
+//!
+//! Crash safety: every file a commit writes has a new name, and the table
+//! changes only when the catalog row is swapped, in one statement; a
+//! process killed at any point leaves the row at the old or the new
+//! metadata file.
 //!
 //! Actions: `append.rs` (INSERT, CTAS) and `overwrite.rs` (MERGE). How
 //! row-delta, replace and metadata-only actions plug in is described in
@@ -26,18 +36,29 @@
 
 mod append;
 mod catalog_swap;
+mod concurrent;
+mod context;
+mod isolation;
 mod manifest_list;
 mod manifests;
 mod metadata;
 mod overwrite;
 mod plan;
 mod producer;
+mod retry;
 mod staging;
 mod summary;
 #[cfg(test)]
 mod tests;
+mod validation;
 
 pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
+pub use context::{CommitContext, ConflictFilter};
+pub use isolation::{
+    check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
+    UPDATE_ISOLATION_LEVEL,
+};
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
+pub use validation::{Conflict, ConflictKind};

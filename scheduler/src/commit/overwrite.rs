@@ -8,9 +8,16 @@
 //! ones `Deleted`); wholly dead ones are dropped and their removed files
 //! recorded in a deleted-only manifest; manifests with no live file are
 //! dropped; delete manifests are carried; added files go into one new
-//! manifest. If another writer moved the table since, nothing is committed
-//! ("concurrent commit"), and what this commit wrote is deleted (the caller
-//! owns the added data files).
+//! manifest.
+//!
+//! If another writer moved the table since, what this attempt wrote is
+//! deleted, the table reloaded, and every snapshot committed since the base
+//! validated against the statement's commit context (`concurrent.rs`,
+//! `validation.rs`): no conflict, and the same changes are planned again on
+//! the new head (no data file is rewritten) and swapped again, within the
+//! table's `commit.retry.*` settings (`retry.rs`); a conflict is returned
+//! for the caller to re-run the statement or fail. The caller owns the
+//! added data files.
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,8 +25,15 @@ use datafusion::error::Result;
 use iceberg::spec::{DataFile, Operation};
 use iceberg::table::Table;
 
+use icemerge_executor::iceberg_err;
+
+use super::concurrent::validate_since;
+use super::context::CommitContext;
 use super::plan::ManifestPolicy;
 use super::producer::{produce, CatalogRow, Outcome, SnapshotChanges};
+use super::retry::Retries;
+use super::validation::Conflict;
+use crate::catalog::OpenCatalog;
 use icemerge_proto::error::conflict;
 
 /// What a commit changes in the table's data files.
@@ -40,39 +54,76 @@ pub struct OverwriteCommit {
 /// The result of [`commit_overwrite`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CommitOutcome {
-    /// A new snapshot is the table's current snapshot.
-    Committed { snapshot_id: i64 },
+    /// A new snapshot is the table's current snapshot, after `attempts`
+    /// compare-and-swaps (1 when no other writer came in between).
+    Committed { snapshot_id: i64, attempts: usize },
     /// Nothing added and nothing removed: no snapshot was made.
     NothingToCommit,
+    /// A snapshot committed since the base conflicts with the statement;
+    /// nothing was committed (the statement may run again on the new head).
+    Conflict(Conflict),
 }
 
 /// Commits `commit` against the snapshot `base` (the table as loaded at plan
-/// time) and swaps the catalog pointer from `base`'s metadata file to the new
-/// one. `catalog_uri`/`catalog_name` name the SQL catalog row to swap.
+/// time) and swaps the catalog pointer from `base`'s metadata file to the
+/// new one. When another writer swapped first, the table is reloaded, what
+/// was committed since is validated against `context`, and the same
+/// changes are planned again on the new head and swapped, within the
+/// table's `commit.retry.*` settings.
 pub async fn commit_overwrite(
-    catalog_uri: &str,
-    catalog_name: &str,
+    catalog: &OpenCatalog,
     base: &Table,
     commit: OverwriteCommit,
+    context: &CommitContext,
 ) -> Result<CommitOutcome> {
     let row = CatalogRow {
-        uri: catalog_uri,
-        catalog_name,
+        uri: &catalog.uri,
+        catalog_name: &catalog.name,
     };
-    let changes = SnapshotChanges {
-        operation: commit.operation,
-        added: commit.added,
-        removed: commit.removed,
-        properties: commit.summary,
+    let ident = base.identifier();
+    let properties = base.metadata().table_properties().map_err(iceberg_err)?;
+    let mut retries = Retries::of(&properties);
+    let mut context = context.clone();
+    let mut table = base.clone();
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match produce(&row, &table, changes(&commit)).await? {
+            Outcome::Committed { snapshot_id } => {
+                return Ok(CommitOutcome::Committed {
+                    snapshot_id,
+                    attempts,
+                })
+            }
+            Outcome::NothingToCommit => return Ok(CommitOutcome::NothingToCommit),
+            Outcome::Lost => {}
+        }
+        if !retries.wait().await {
+            return Err(conflict(format!(
+                "concurrent commit to {ident}: other writers committed first {attempts} times \
+                 in a row (commit.retry.num-retries = {}); nothing was committed",
+                properties.commit_num_retries
+            )));
+        }
+        let head = catalog
+            .catalog
+            .load_table(ident)
+            .await
+            .map_err(iceberg_err)?;
+        if let Some(found) = validate_since(&table, &head, &context, &commit.removed).await? {
+            return Ok(CommitOutcome::Conflict(found));
+        }
+        context.base_snapshot_id = head.metadata().current_snapshot_id();
+        table = head;
+    }
+}
+
+fn changes(commit: &OverwriteCommit) -> SnapshotChanges {
+    SnapshotChanges {
+        operation: commit.operation.clone(),
+        added: commit.added.clone(),
+        removed: commit.removed.clone(),
+        properties: commit.summary.clone(),
         policy: ManifestPolicy::Merging,
-    };
-    match produce(&row, base, changes).await? {
-        Outcome::Committed { snapshot_id } => Ok(CommitOutcome::Committed { snapshot_id }),
-        Outcome::NothingToCommit => Ok(CommitOutcome::NothingToCommit),
-        Outcome::Lost => Err(conflict(format!(
-            "concurrent commit to {}: the table changed since the merge started; \
-             nothing was committed",
-            base.identifier()
-        ))),
     }
 }

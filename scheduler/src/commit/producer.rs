@@ -16,7 +16,9 @@
 //! and publishes it with [`publish`] (its [`Staged`] names the snapshot that
 //! becomes current and the files to delete if the swap is lost).
 //! Rebase-and-retry on a lost swap is the
-//! action's choice (see `append.rs`): reload, produce again.
+//! action's choice: reload, produce again (`append.rs`), after validating
+//! what was committed since against the statement's `CommitContext`
+//! (`overwrite.rs`); a row delta validates with its `deletes_added_for`.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

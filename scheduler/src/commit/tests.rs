@@ -88,8 +88,23 @@ impl Fixture {
         tx.commit(self.open.catalog.as_ref()).await.unwrap()
     }
 
+    /// Commits on `base` as a serializable statement over the whole table.
     async fn commit(&self, base: &Table, commit: OverwriteCommit) -> Result<CommitOutcome> {
-        commit_overwrite(&self.uri, &self.open.name, base, commit).await
+        let context = CommitContext::copy_on_write(
+            base.metadata().current_snapshot_id(),
+            IsolationLevel::Serializable,
+            ConflictFilter::WholeTable,
+        );
+        self.commit_with(base, commit, &context).await
+    }
+
+    async fn commit_with(
+        &self,
+        base: &Table,
+        commit: OverwriteCommit,
+        context: &CommitContext,
+    ) -> Result<CommitOutcome> {
+        commit_overwrite(&self.open, base, commit, context).await
     }
 
     async fn catalog_location(&self) -> Option<String> {
@@ -208,7 +223,7 @@ async fn overwrite_commit_removes_and_adds() {
         .summary
         .insert("icemerge.rows-updated".into(), "2".into());
     let outcome = fx.commit(&base, commit).await.unwrap();
-    let CommitOutcome::Committed { snapshot_id } = outcome else {
+    let CommitOutcome::Committed { snapshot_id, .. } = outcome else {
         panic!("{outcome:?}")
     };
 
@@ -345,7 +360,7 @@ async fn partly_hit_manifest_is_rewritten_with_existing_survivors() {
     let before = manifests(&base).await;
     assert_eq!(before.len(), 1);
 
-    let CommitOutcome::Committed { snapshot_id } =
+    let CommitOutcome::Committed { snapshot_id, .. } =
         fx.commit(&base, overwrite(vec![], &[&fb])).await.unwrap()
     else {
         panic!()
@@ -395,6 +410,7 @@ async fn second_removal_keeps_survivor_history(
 ) -> Table {
     let CommitOutcome::Committed {
         snapshot_id: second,
+        ..
     } = fx.commit(table, overwrite(vec![], &[fa])).await.unwrap()
     else {
         panic!()
@@ -503,24 +519,77 @@ async fn refusals_change_nothing() {
     assert_eq!(rows(&fx.load().await).await, vec![1, 2, 3, 4, 5, 6]);
 }
 
+/// A commit whose base is stale is rebased when what was committed since
+/// touches none of its files: two swaps, the other commit's removal kept.
 #[tokio::test(flavor = "multi_thread")]
-async fn concurrent_commit_is_refused_and_cleaned_up() {
+async fn a_stale_commit_on_other_files_is_rebased() {
     let fx = Fixture::new().await;
     let (stale, [f1, _f2, f3]) = three_files(&fx).await;
     // Another commit moves the table on.
-    fx.commit(&stale, overwrite(vec![], &[&f1])).await.unwrap();
+    let CommitOutcome::Committed {
+        snapshot_id: other, ..
+    } = fx.commit(&stale, overwrite(vec![], &[&f1])).await.unwrap()
+    else {
+        panic!("the other commit did not commit");
+    };
+    let new = write_file(&stale, &[9]).await;
+    let outcome = fx
+        .commit(&stale, overwrite(vec![new.clone()], &[&f3]))
+        .await
+        .unwrap();
+    let CommitOutcome::Committed {
+        snapshot_id,
+        attempts,
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(attempts, 2);
+    let table = fx.load().await;
+    assert_eq!(rows(&table).await, vec![3, 4, 9]);
+    let snapshot = table.metadata().current_snapshot().unwrap();
+    assert_eq!(snapshot.snapshot_id(), snapshot_id);
+    assert_eq!(snapshot.parent_snapshot_id(), Some(other));
+    // The lost attempt left no metadata file behind: one per commit.
+    let metadata_json = listing(&metadata_dir(&table))
+        .iter()
+        .filter(|f| f.ends_with(".metadata.json"))
+        .count();
+    assert_eq!(metadata_json, 1 + table.metadata().snapshots().count());
+}
+
+/// A commit whose file was removed meanwhile conflicts, naming the
+/// snapshot that removed it, and leaves nothing behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stale_commit_on_a_removed_file_conflicts_and_is_cleaned_up() {
+    let fx = Fixture::new().await;
+    let (stale, [f1, _f2, _f3]) = three_files(&fx).await;
+    let CommitOutcome::Committed {
+        snapshot_id: other, ..
+    } = fx.commit(&stale, overwrite(vec![], &[&f1])).await.unwrap()
+    else {
+        panic!("the other commit did not commit");
+    };
     let location = fx.catalog_location().await;
     let dir = metadata_dir(&stale);
     let files_before = listing(&dir);
 
     let new = write_file(&stale, &[9]).await;
-    let err = fx
-        .commit(&stale, overwrite(vec![new.clone()], &[&f3]))
+    let outcome = fx
+        .commit(&stale, overwrite(vec![new.clone()], &[&f1]))
         .await
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("concurrent commit"), "{err}");
-    assert!(err.contains("ns.t"), "{err}");
+        .unwrap();
+    let CommitOutcome::Conflict(conflict) = outcome else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(conflict.snapshot_id, Some(other));
+    assert_eq!(conflict.table, "ns.t");
+    assert_eq!(
+        conflict.kind,
+        ConflictKind::FileRemoved {
+            path: f1.file_path().to_string()
+        }
+    );
     assert_eq!(
         listing(&dir),
         files_before,
@@ -530,6 +599,51 @@ async fn concurrent_commit_is_refused_and_cleaned_up() {
     assert_eq!(rows(&fx.load().await).await, vec![3, 4, 5, 6]);
     // The data file is the caller's to delete.
     assert!(Path::new(new.file_path().trim_start_matches("file://")).exists());
+}
+
+/// A data file appended meanwhile conflicts under serializable isolation
+/// when its column bounds meet the statement's filter, and not otherwise.
+#[tokio::test(flavor = "multi_thread")]
+async fn appended_files_conflict_by_filter_and_level() {
+    use iceberg::expr::Reference;
+    use iceberg::spec::Datum;
+    let cases = [
+        (IsolationLevel::Serializable, 5, true),
+        (IsolationLevel::Serializable, 8, false),
+        (IsolationLevel::Snapshot, 5, false),
+    ];
+    for (level, from, conflicts) in cases {
+        let fx = Fixture::new().await;
+        let (stale, [_f1, _f2, f3]) = three_files(&fx).await;
+        // The statement read ids >= `from` (f3 holds 5 and 6) ...
+        let filter = Reference::new("id").greater_than_or_equal_to(Datum::long(from));
+        let context = CommitContext::copy_on_write(
+            stale.metadata().current_snapshot_id(),
+            level,
+            ConflictFilter::Rows(filter),
+        );
+        // ... and another writer appends id 7 meanwhile.
+        let appended = write_file(&stale, &[7]).await;
+        fx.append(vec![appended]).await;
+        let new = write_file(&stale, &[9]).await;
+        let outcome = fx
+            .commit_with(&stale, overwrite(vec![new], &[&f3]), &context)
+            .await
+            .unwrap();
+        let case = format!("{level}, id >= {from}: {outcome:?}");
+        match outcome {
+            CommitOutcome::Conflict(c) => {
+                assert!(conflicts, "{case}");
+                assert!(matches!(c.kind, ConflictKind::DataAdded { .. }), "{case}");
+            }
+            CommitOutcome::Committed { attempts, .. } => {
+                assert!(!conflicts, "{case}");
+                assert_eq!(attempts, 2, "{case}");
+                assert_eq!(rows(&fx.load().await).await, vec![1, 2, 3, 4, 7, 9]);
+            }
+            CommitOutcome::NothingToCommit => panic!("{case}"),
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -568,7 +682,8 @@ async fn first_snapshot_of_an_empty_table() {
 
     let mut commit = overwrite(vec![f.clone()], &[]);
     commit.operation = Operation::Append;
-    let CommitOutcome::Committed { snapshot_id } = fx.commit(&base, commit).await.unwrap() else {
+    let CommitOutcome::Committed { snapshot_id, .. } = fx.commit(&base, commit).await.unwrap()
+    else {
         panic!()
     };
     let table = fx.load().await;

@@ -171,7 +171,7 @@ fn is_string(t: &DataType) -> bool {
 }
 
 /// Whether any expression of `plan` is volatile (e.g. `random()`).
-fn is_volatile(plan: &LogicalPlan) -> Result<bool> {
+pub(super) fn is_volatile(plan: &LogicalPlan) -> Result<bool> {
     let mut volatile = false;
     plan.apply(|node| {
         node.apply_expressions(|e| {
@@ -220,25 +220,45 @@ pub(super) fn with_target_provider(
     .map(|t| t.data)
 }
 
-/// The record count of every data file the plan's row-id scan reads, and
-/// how many files it pruned.
-pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u64>, u64) {
-    let mut rows = HashMap::new();
-    let mut pruned = 0;
+/// What the plan's row-id scan of the target reads.
+pub(super) struct TargetFiles {
+    /// The record count of every data file it reads.
+    pub rows: HashMap<String, u64>,
+    /// How many data files it pruned.
+    pub pruned: u64,
+    /// The predicate that pruned them (None: nothing pruned by predicate).
+    pub pruned_by: Option<Predicate>,
+}
+
+/// The files the plan's row-id scan of the target reads and what pruned
+/// the others.
+pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> TargetFiles {
+    let mut files = TargetFiles {
+        rows: HashMap::new(),
+        pruned: 0,
+        pruned_by: None,
+    };
+    let mut scans = 0;
     let _ = plan.apply(|node| {
         if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
             if scan.row_ids {
-                pruned += scan.files_pruned;
+                scans += 1;
+                files.pruned += scan.files_pruned;
+                files.pruned_by = scan.pruned_by.clone();
                 for task in scan.groups.iter().flatten() {
                     if let Some(n) = task.record_count {
-                        rows.insert(task.data_file_path.clone(), n);
+                        files.rows.insert(task.data_file_path.clone(), n);
                     }
                 }
             }
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    (rows, pruned)
+    if scans != 1 {
+        // Not one scan with one predicate: depend on the whole table.
+        files.pruned_by = None;
+    }
+    files
 }
 
 #[cfg(test)]

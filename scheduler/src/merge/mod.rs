@@ -40,9 +40,11 @@ use icemerge_planner::source_keys::source_key_probe;
 use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
+use crate::commit::{ConflictFilter, IsolationLevel, MERGE_ISOLATION_LEVEL};
 use checks::{check_assignment_types, check_join_keys, explain_bind_error};
 use dynamic_pruning::{
-    join_source, probe_source_keys, target_files, with_target_provider, DISTINCT_LIMIT,
+    is_volatile, join_source, probe_source_keys, target_files, with_target_provider, TargetFiles,
+    DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
 
@@ -60,6 +62,15 @@ pub struct PlannedMerge {
     pub plan: Arc<dyn ExecutionPlan>,
     /// Data files of the target that the scan does not read (pruned).
     pub files_pruned: u64,
+    /// The rows the merge's outcome depends on, for validating its commit
+    /// against concurrent snapshots: the predicate that pruned the target
+    /// scan, or the whole table.
+    pub conflict_filter: ConflictFilter,
+    /// The source reads the same rows when run again (no volatile
+    /// function), so a conflicting merge may be re-executed.
+    pub deterministic_source: bool,
+    /// The table's `write.merge.isolation-level`.
+    pub isolation: IsolationLevel,
 }
 
 /// Plans `merge` against `base` (the target at its current snapshot).
@@ -72,6 +83,11 @@ pub async fn plan_merge(
     writers: usize,
 ) -> Result<PlannedMerge> {
     let bound = bind_merge(merge)?;
+    let isolation = IsolationLevel::of(
+        base.metadata().properties(),
+        MERGE_ISOLATION_LEVEL,
+        &table_name,
+    )?;
     let provider =
         IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?
             .with_row_ids();
@@ -91,6 +107,7 @@ pub async fn plan_merge(
             .await
             .map_err(|e| explain_bind_error(e, &bound))?;
         check_join_keys(&logical, &bound)?;
+        let deterministic_source = !is_volatile(&join_source(&logical)?)?;
         let keys = match source_key_probe(&bound, &columns, DISTINCT_LIMIT)? {
             Some(probe) => {
                 probe_source_keys(ctx, join_source(&logical)?, &probe, &target_schema).await?
@@ -107,12 +124,21 @@ pub async fn plan_merge(
         };
         let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
         let logical = logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])?;
-        ctx.state().create_physical_plan(&logical).await
+        let physical = ctx.state().create_physical_plan(&logical).await?;
+        Ok::<_, datafusion::error::DataFusionError>((physical, deterministic_source))
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
-    let classified = planned?;
-    let (file_rows, files_pruned) = target_files(&classified);
+    let (classified, deterministic_source) = planned?;
+    let TargetFiles {
+        rows: file_rows,
+        pruned: files_pruned,
+        pruned_by,
+    } = target_files(&classified);
+    let conflict_filter = match pruned_by {
+        Some(predicate) => ConflictFilter::Rows(predicate),
+        None => ConflictFilter::WholeTable,
+    };
 
     // Stage D's input: every merge row of one data file goes to one writer;
     // inserts (no file) are spread by the route column.
@@ -142,5 +168,8 @@ pub async fn plan_merge(
         write_id,
         plan: writer,
         files_pruned,
+        conflict_filter,
+        deterministic_source,
+        isolation,
     })
 }

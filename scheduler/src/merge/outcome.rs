@@ -16,6 +16,8 @@ use icemerge_executor::iceberg_err;
 use icemerge_proto::fragment::{self, Fragment};
 
 use super::PlannedMerge;
+use crate::catalog::OpenCatalog;
+use crate::commit::{commit_overwrite, CommitContext, CommitOutcome, OverwriteCommit};
 use icemerge_proto::error::internal;
 
 /// What a MERGE did.
@@ -24,6 +26,11 @@ pub struct MergeOutcome {
     pub stats: BTreeMap<String, u64>,
     pub added: Vec<DataFile>,
     pub removed: Vec<String>,
+    /// Compare-and-swaps of the catalog row its commit took (0: nothing
+    /// to commit; more than 1: it was rebased onto other writers' commits).
+    pub commit_attempts: u64,
+    /// Times the statement was run again after a conflict.
+    pub reexecutions: u64,
 }
 
 impl MergeOutcome {
@@ -73,16 +80,16 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
     Ok(outcome)
 }
 
-/// Commits a merge's outcome; returns the new snapshot id (None: no change).
+/// Commits a merge's outcome against the snapshot it read, rebasing onto
+/// snapshots other writers committed meanwhile when they do not conflict
+/// (`crate::commit::commit_overwrite`).
 pub async fn commit_merge(
-    catalog: &crate::catalog::OpenCatalog,
-    catalog_uri: &str,
+    catalog: &OpenCatalog,
     planned: &PlannedMerge,
     outcome: &MergeOutcome,
-) -> Result<Option<i64>> {
-    use crate::commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
+) -> Result<CommitOutcome> {
     if outcome.added.is_empty() && outcome.removed.is_empty() {
-        return Ok(None);
+        return Ok(CommitOutcome::NothingToCommit);
     }
     let mut summary = std::collections::HashMap::new();
     for (k, v) in &outcome.stats {
@@ -99,10 +106,12 @@ pub async fn commit_merge(
         summary,
         operation,
     };
-    match commit_overwrite(catalog_uri, &catalog.name, &planned.base, commit).await? {
-        CommitOutcome::Committed { snapshot_id } => Ok(Some(snapshot_id)),
-        CommitOutcome::NothingToCommit => Ok(None),
-    }
+    let context = CommitContext::copy_on_write(
+        planned.base.metadata().current_snapshot_id(),
+        planned.isolation,
+        planned.conflict_filter.clone(),
+    );
+    commit_overwrite(catalog, &planned.base, commit, &context).await
 }
 
 /// Deletes the files of this merge that are not part of the commit: those

@@ -17,6 +17,8 @@ use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::ddl::{self, CreateTable};
 
+use crate::commit::check_isolation_properties;
+
 use super::names::quote;
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{already_exists, invalid_input, not_found};
@@ -155,6 +157,7 @@ impl Session {
                 e.message()
             ))
         })?;
+        check_isolation_properties(&properties, &ident.to_string())?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)

@@ -35,7 +35,7 @@ pub(super) fn render_analyze(
     }
     let _ = writeln!(
         text,
-        "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, wall={}ms",
+        "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
         outcome.stat("rows_updated"),
         outcome.stat("rows_deleted"),
         outcome.stat("rows_inserted"),
@@ -47,6 +47,8 @@ pub(super) fn render_analyze(
         outcome.stat("files_added"),
         outcome.stat("bytes_read"),
         outcome.stat("bytes_written"),
+        outcome.commit_attempts,
+        outcome.reexecutions,
         elapsed.as_millis()
     );
     text

@@ -1,20 +1,37 @@
 //! `MERGE INTO` as a statement: resolve the target, plan the five-stage
 //! graph (`crate::merge`), explain it or run it, commit ONE snapshot, and
 //! delete every file the statement wrote that the commit does not keep.
+//!
+//! A commit that conflicts with a snapshot another writer committed since
+//! the merge read the table (`crate::commit`'s validation) re-executes the
+//! whole statement on the new snapshot, up to `icemerge.max_statement_retries`
+//! times, when its source is deterministic; otherwise the statement fails
+//! with a conflict naming that snapshot.
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{Merge, TableFactor};
+use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 use icemerge_planner::explain;
 use icemerge_planner::merge::ExplainMerge;
 
+use crate::commit::{CommitOutcome, Conflict};
 use crate::merge::{
-    collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge,
+    collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge, MergeOutcome,
+    PlannedMerge,
 };
 
+use super::commit_pause::pause_before_commit;
 use super::explain_analyze::render_analyze;
+use super::options::IcemergeOptions;
 use super::{Session, StatementOutput};
-use icemerge_proto::error::{invalid_input, not_found};
+use icemerge_proto::error::{conflict, invalid_input, not_found};
+
+/// One execution of a merge: committed, or refused by validation.
+enum Execution {
+    Committed(MergeOutcome),
+    Conflict(Conflict),
+}
 
 impl Session {
     /// Plans, runs and commits a MERGE (or explains it).
@@ -23,64 +40,44 @@ impl Session {
         merge: Merge,
         explain: Option<ExplainMerge>,
     ) -> Result<StatementOutput> {
-        let target = match &merge.table {
-            TableFactor::Table { name, .. } => self.object_ident(name)?,
-            other => {
-                return Err(invalid_input(format!(
-                    "MERGE INTO: the target must be a table, found '{other}'"
-                )))
-            }
-        };
-        self.ensure_namespace(target.namespace()).await?;
-        let catalog = &self.catalog.catalog;
-        if !catalog.table_exists(&target).await.map_err(iceberg_err)? {
-            return Err(not_found(format!(
-                "MERGE INTO: table '{target}' does not exist"
-            )));
+        let target = self.merge_target(&merge).await?;
+        if let Some(mode @ (ExplainMerge::Text | ExplainMerge::Dot)) = explain {
+            let planned = self.plan_merge_on(&target, merge).await?;
+            let stages = explain::stages(&planned.plan, true);
+            let text = match mode {
+                ExplainMerge::Dot => explain::render_dot(&stages),
+                _ => explain::render_text(&stages),
+            };
+            return Ok(StatementOutput::text("plan", &text));
         }
-        let base = catalog.load_table(&target).await.map_err(iceberg_err)?;
-        let name = format!("{}.{}", target.namespace().to_url_string(), target.name());
-        let writers = self.ctx.copied_config().target_partitions();
-        let planned = plan_merge(
-            &self.ctx,
-            merge,
-            base,
-            name,
-            self.catalog.file_io_props.clone(),
-            writers,
-        )
-        .await?;
-        let stages = explain::stages(&planned.plan, true);
-        match explain {
-            Some(ExplainMerge::Text) => {
-                return Ok(StatementOutput::text(
-                    "plan",
-                    &explain::render_text(&stages),
-                ))
-            }
-            Some(ExplainMerge::Dot) => {
-                return Ok(StatementOutput::text("plan", &explain::render_dot(&stages)))
-            }
-            _ => {}
-        }
+        let options = self.icemerge_options();
         let started = std::time::Instant::now();
-        let result = async {
-            let batches = self.run_plan(planned.plan.clone()).await?;
-            let outcome = collect_fragments(&planned.base, &batches)?;
-            commit_merge(&self.catalog, &self.catalog.uri, &planned, &outcome).await?;
-            Ok::<_, DataFusionError>(outcome)
-        }
-        .await;
-        let outcome = match result {
-            Ok(outcome) => outcome,
-            Err(e) => {
-                discard_failed(&planned, self.engine.scheduler_url().is_some());
-                return Err(e);
+        let mut reexecutions = 0;
+        let (planned, mut outcome) = loop {
+            let planned = self.plan_merge_on(&target, merge.clone()).await?;
+            match self.execute_merge(&planned, &options).await {
+                Ok(Execution::Committed(outcome)) => break (planned, outcome),
+                Ok(Execution::Conflict(found)) => {
+                    discard_failed(&planned, false); // the job finished: no task lingers
+                    if !planned.deterministic_source
+                        || reexecutions >= options.max_statement_retries
+                    {
+                        return Err(give_up(&found, &planned, reexecutions, &options));
+                    }
+                    reexecutions += 1;
+                    tracing::info!("{found}; running the MERGE again ({reexecutions})");
+                }
+                Err(e) => {
+                    discard_failed(&planned, self.engine.scheduler_url().is_some());
+                    return Err(e);
+                }
             }
         };
+        outcome.reexecutions = reexecutions as u64;
         discard_uncommitted(&planned, &outcome.added);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
         if explain == Some(ExplainMerge::Analyze) {
+            let stages = explain::stages(&planned.plan, true);
             let tasks = match (self.engine.ledger(), self.last_job_id()) {
                 (Some(ledger), Some(job)) => Some(ledger.tasks_of(&job)),
                 _ => None,
@@ -97,4 +94,98 @@ impl Session {
         }
         Ok(StatementOutput::merge(&outcome, files_scanned))
     }
+
+    /// The MERGE's target table, which must exist.
+    async fn merge_target(&self, merge: &Merge) -> Result<TableIdent> {
+        let target = match &merge.table {
+            TableFactor::Table { name, .. } => self.object_ident(name)?,
+            other => {
+                return Err(invalid_input(format!(
+                    "MERGE INTO: the target must be a table, found '{other}'"
+                )))
+            }
+        };
+        self.ensure_namespace(target.namespace()).await?;
+        let catalog = &self.catalog.catalog;
+        if !catalog.table_exists(&target).await.map_err(iceberg_err)? {
+            return Err(not_found(format!(
+                "MERGE INTO: table '{target}' does not exist"
+            )));
+        }
+        Ok(target)
+    }
+
+    /// Plans `merge` on the target's current snapshot.
+    async fn plan_merge_on(&self, target: &TableIdent, merge: Merge) -> Result<PlannedMerge> {
+        let base = self
+            .catalog
+            .catalog
+            .load_table(target)
+            .await
+            .map_err(iceberg_err)?;
+        let name = format!("{}.{}", target.namespace().to_url_string(), target.name());
+        let writers = self.ctx.copied_config().target_partitions();
+        plan_merge(
+            &self.ctx,
+            merge,
+            base,
+            name,
+            self.catalog.file_io_props.clone(),
+            writers,
+        )
+        .await
+    }
+
+    /// Runs a planned merge's job and commits what it wrote.
+    async fn execute_merge(
+        &self,
+        planned: &PlannedMerge,
+        options: &IcemergeOptions,
+    ) -> Result<Execution> {
+        let batches = self.run_plan(planned.plan.clone()).await?;
+        let mut outcome = collect_fragments(&planned.base, &batches)?;
+        if let Some(dir) = &options.test_pause_before_commit {
+            pause_before_commit(dir).await?;
+        }
+        match commit_merge(&self.catalog, planned, &outcome).await? {
+            CommitOutcome::Committed { attempts, .. } => {
+                outcome.commit_attempts = attempts as u64;
+                Ok(Execution::Committed(outcome))
+            }
+            CommitOutcome::NothingToCommit => Ok(Execution::Committed(outcome)),
+            CommitOutcome::Conflict(found) => Ok(Execution::Conflict(found)),
+        }
+    }
+
+    /// This session's `icemerge.*` settings.
+    pub(super) fn icemerge_options(&self) -> IcemergeOptions {
+        self.ctx
+            .copied_config()
+            .options()
+            .extensions
+            .get::<IcemergeOptions>()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// The error of a merge that conflicts and is not run again.
+fn give_up(
+    found: &Conflict,
+    planned: &PlannedMerge,
+    reexecutions: usize,
+    options: &IcemergeOptions,
+) -> DataFusionError {
+    let why = if !planned.deterministic_source {
+        "the source is not deterministic, so the MERGE was not run again".to_string()
+    } else {
+        format!(
+            "run again {reexecutions} time(s) (icemerge.max_statement_retries = {})",
+            options.max_statement_retries
+        )
+    };
+    conflict(format!(
+        "MERGE INTO {}: {found} ({why})",
+        planned.table_name
+    ))
 }

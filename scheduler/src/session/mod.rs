@@ -10,6 +10,7 @@
 //! - `metrics`: the last plan's operator counters;
 //! - `explain_analyze`: EXPLAIN ANALYZE's figures.
 
+mod commit_pause;
 mod ddl;
 mod explain_analyze;
 mod insert;
@@ -44,7 +45,7 @@ use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
-pub use options::{cores, local_session_config, session_config, SessionOptions};
+pub use options::{cores, local_session_config, session_config, IcemergeOptions, SessionOptions};
 pub use output::StatementOutput;
 
 /// A SQL session on one catalog and engine.

@@ -2,6 +2,8 @@
 //! with.
 
 use ballista_core::extension::SessionConfigExt;
+use datafusion::common::extensions_options;
+use datafusion::config::ConfigExtension;
 use datafusion::prelude::SessionConfig;
 use icemerge_proto::memory_budget::MemoryBudget;
 
@@ -30,6 +32,26 @@ pub fn cores() -> usize {
         .unwrap_or(2)
 }
 
+extensions_options! {
+    /// icemerge's own session settings (`SET icemerge.<name> = <value>`).
+    pub struct IcemergeOptions {
+        /// How many times a MERGE that conflicts with a concurrent commit is
+        /// run again on the new snapshot (only when its source is
+        /// deterministic); 0 fails on the first conflict.
+        pub max_statement_retries: usize, default = 3
+        /// Test hook, not for production: a directory. After a MERGE's job
+        /// and before its commit, the coordinator creates `paused` in it and
+        /// waits until `go` exists (at most 120 s); with `go` already there
+        /// it does not wait. Lets a test commit a concurrent snapshot at a
+        /// known point.
+        pub test_pause_before_commit: Option<String>, default = None
+    }
+}
+
+impl ConfigExtension for IcemergeOptions {
+    const PREFIX: &'static str = "icemerge";
+}
+
 /// The DataFusion settings icemerge runs with, on every engine.
 pub fn session_config(target_partitions: usize) -> SessionConfig {
     // Broadcast promotion of joins is off: it is unsafe for outer joins,
@@ -39,7 +61,8 @@ pub fn session_config(target_partitions: usize) -> SessionConfig {
         .with_target_partitions(target_partitions)
         .with_information_schema(true)
         .with_default_catalog_and_schema(DEFAULT_CATALOG_NAME, DEFAULT_NAMESPACE)
-        .with_create_default_catalog_and_schema(false);
+        .with_create_default_catalog_and_schema(false)
+        .with_option_extension(IcemergeOptions::default());
     let options = config.options_mut();
     options.optimizer.prefer_hash_join = true;
     options.sql_parser.map_string_types_to_utf8view = false;

@@ -65,6 +65,8 @@ impl StatementOutput {
             ("files_added", outcome.stat("files_added")),
             ("bytes_read", outcome.stat("bytes_read")),
             ("bytes_written", outcome.stat("bytes_written")),
+            ("commit_attempts", outcome.commit_attempts),
+            ("reexecutions", outcome.reexecutions),
         ])
     }
 

@@ -1,0 +1,193 @@
+//! Processes of a test cluster on loopback: an `icemerge-scheduler`, its
+//! `icemerge-executor`s and the `icemerge` CLI talking to it over Flight
+//! SQL; every process is killed when its handle is dropped.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub const SCHEDULER: &str = env!("CARGO_BIN_EXE_icemerge-scheduler");
+pub const EXECUTOR: &str = env!("CARGO_BIN_EXE_icemerge-executor");
+pub const CLI: &str = env!("CARGO_BIN_EXE_icemerge");
+
+/// A child process killed when dropped.
+pub struct Process(pub Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub ballista: SocketAddr,
+    pub flight_sql: SocketAddr,
+    pub executor_logs: Vec<PathBuf>,
+    // Executors first: they are stopped before the scheduler.
+    pub executors: Vec<Process>,
+    _scheduler: Process,
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// `GET path` on the scheduler's REST API; the body.
+pub fn http_get(addr: SocketAddr, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).expect("connect to the REST API");
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default()
+}
+
+impl Cluster {
+    pub fn start(executors: usize, token: Option<&str>) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let scheduler_log = dir.path().join("scheduler.log");
+        let mut command = Command::new(SCHEDULER);
+        command
+            .args(["--bind-host", "127.0.0.1", "--port", "0"])
+            .args(["--flight-sql-port", "0", "--target-partitions", "6"])
+            .args(["--executor-timeout", "10"])
+            .arg("--warehouse")
+            .arg(dir.path().join("warehouse"))
+            .env_remove("ICEMERGE_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&scheduler_log).unwrap());
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        let mut child = command.spawn().expect("spawn icemerge-scheduler");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let scheduler = Process(child);
+        // "icemerge-scheduler: ballista ADDR flight-sql ADDR"
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(
+            words.len(),
+            5,
+            "scheduler did not start: '{line}'\n{}",
+            read_log(&scheduler_log)
+        );
+        let ballista: SocketAddr = words[2].parse().unwrap();
+        let flight_sql: SocketAddr = words[4].parse().unwrap();
+
+        let mut processes = vec![];
+        let mut executor_logs = vec![];
+        for i in 0..executors {
+            let log = dir.path().join(format!("executor-{i}.log"));
+            let child = Command::new(EXECUTOR)
+                .arg("--scheduler")
+                .arg(ballista.to_string())
+                .args(["--bind-host", "127.0.0.1", "--task-slots", "2"])
+                .args(["--port", &free_port().to_string()])
+                .args(["--grpc-port", &free_port().to_string()])
+                .arg("--work-dir")
+                .arg(dir.path().join(format!("work-{i}")))
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .expect("spawn icemerge-executor");
+            processes.push(Process(child));
+            executor_logs.push(log);
+        }
+        let cluster = Cluster {
+            dir,
+            ballista,
+            flight_sql,
+            executor_logs,
+            executors: processes,
+            _scheduler: scheduler,
+        };
+        cluster.wait_for_executors(executors);
+        cluster
+    }
+
+    /// Waits until the scheduler's REST API lists `n` executors.
+    pub fn wait_for_executors(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let body = http_get(self.ballista, "/api/executors");
+            let registered = serde_json::from_str::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.as_array().map(|a| a.len()))
+                .unwrap_or(0);
+            if registered >= n {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "only {registered} of {n} executors registered: {body}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        let mut text = read_log(&self.dir.path().join("scheduler.log"));
+        for log in &self.executor_logs {
+            text.push_str(&read_log(log));
+        }
+        text
+    }
+
+    /// Runs the CLI against this cluster.
+    pub fn cli(&self, token: Option<&str>, args: &[&str]) -> Output {
+        let mut command = Command::new(CLI);
+        command
+            .arg("--scheduler")
+            .arg(self.flight_sql.to_string())
+            .args(args)
+            .env_remove("ICEMERGE_TOKEN")
+            .env_remove("ICEMERGE_SCHEDULER");
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        command.output().expect("run icemerge")
+    }
+
+    /// Runs SQL through the CLI (CSV output); panics on failure.
+    pub fn sql(&self, token: Option<&str>, sql: &str) -> String {
+        let out = self.cli(token, &["--format", "csv", "-c", sql]);
+        assert!(
+            out.status.success(),
+            "{sql}: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Tasks each executor has finished so far, from its own log.
+    pub fn tasks_done_per_executor(&self) -> Vec<usize> {
+        self.executor_logs
+            .iter()
+            .map(|log| read_log(log).matches("Done with task").count())
+            .collect()
+    }
+}

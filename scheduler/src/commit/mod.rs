@@ -20,18 +20,22 @@
 //!    and produces again. A commit that adds and removes nothing makes no
 //!    snapshot.
 //!
-//! Actions: `append.rs` (INSERT, CTAS) and `overwrite.rs` (MERGE). How
-//! row-delta, replace and metadata-only actions plug in is described in
-//! `producer.rs`.
+//! Actions: `append.rs` (INSERT, CTAS), `overwrite.rs` (MERGE,
+//! copy-on-write) and `row_delta.rs` (MERGE, merge-on-read: data and
+//! position delete files added, nothing removed). How replace and
+//! metadata-only actions plug in is described in `producer.rs`.
 
 mod append;
 mod catalog_swap;
+mod dangling_deletes;
+mod delete_files;
 mod manifest_list;
 mod manifests;
 mod metadata;
 mod overwrite;
 mod plan;
 mod producer;
+mod row_delta;
 mod staging;
 mod summary;
 #[cfg(test)]
@@ -41,3 +45,4 @@ pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
 pub use manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
+pub use row_delta::{commit_row_delta, RowDeltaCommit};

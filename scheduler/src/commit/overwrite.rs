@@ -62,6 +62,7 @@ pub async fn commit_overwrite(
     let changes = SnapshotChanges {
         operation: commit.operation,
         added: commit.added,
+        added_deletes: vec![],
         removed: commit.removed,
         properties: commit.summary,
         policy: ManifestPolicy::Merging,

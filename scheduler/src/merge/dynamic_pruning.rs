@@ -27,6 +27,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{col, lit, SessionContext};
 use iceberg::expr::Predicate;
+use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
@@ -220,10 +221,11 @@ pub(super) fn with_target_provider(
     .map(|t| t.data)
 }
 
-/// The record count of every data file the plan's row-id scan reads, and
-/// how many files it pruned.
-pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u64>, u64) {
+/// The record count and delete files of every data file the plan's row-id
+/// scan reads, and how many files it pruned.
+pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (TargetFiles, u64) {
     let mut rows = HashMap::new();
+    let mut deletes = HashMap::new();
     let mut pruned = 0;
     let _ = plan.apply(|node| {
         if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
@@ -233,12 +235,19 @@ pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> (HashMap<String, u6
                     if let Some(n) = task.record_count {
                         rows.insert(task.data_file_path.clone(), n);
                     }
+                    if !task.deletes.is_empty() {
+                        deletes.insert(task.data_file_path.clone(), task.deletes.clone());
+                    }
                 }
             }
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    (rows, pruned)
+    let targets = TargetFiles {
+        rows: Arc::new(rows),
+        deletes: Arc::new(deletes),
+    };
+    (targets, pruned)
 }
 
 #[cfg(test)]

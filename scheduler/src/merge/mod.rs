@@ -12,11 +12,13 @@
 //!   equalities, the rest as join filter) and the classification projection
 //!   (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
-//!   `CopyOnWriteWriterExec` per partition, which also fails the statement on
-//!   a duplicate match;
+//!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
+//!   the table's `write.merge.mode` is `merge-on-read`; either also fails
+//!   the statement on a duplicate match;
 //! - E: commit — here, after the job: `append` when the merge only inserted,
-//!   otherwise an `overwrite` snapshot; the pointer swap is a compare-and-swap
-//!   (`outcome`, over `crate::commit`).
+//!   otherwise an `overwrite` snapshot (copy-on-write) or a row delta
+//!   (merge-on-read); the pointer swap is a compare-and-swap (`outcome`,
+//!   over `crate::commit`).
 //!
 //! Plan-time checks are in `checks`, the spread of inserted rows over
 //! writers in `insert_routes`.
@@ -34,9 +36,11 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
+use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
 use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;
+use icemerge_planner::write_mode::{mode_of, WriteMode, MERGE_MODE};
 use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
@@ -70,6 +74,13 @@ pub async fn plan_merge(
     writers: usize,
 ) -> Result<PlannedMerge> {
     let bound = bind_merge(merge)?;
+    let metadata = base.metadata();
+    let mode = mode_of(
+        &table_name,
+        metadata.properties(),
+        MERGE_MODE,
+        metadata.format_version(),
+    )?;
     let provider =
         IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?
             .with_row_ids();
@@ -110,7 +121,7 @@ pub async fn plan_merge(
     .await;
     ctx.deregister_table(relation.as_str())?;
     let classified = planned?;
-    let (file_rows, files_pruned) = target_files(&classified);
+    let (targets, files_pruned) = target_files(&classified);
 
     // Stage D's input: every merge row of one data file goes to one writer;
     // inserts (no file) are spread by the route column.
@@ -123,16 +134,25 @@ pub async fn plan_merge(
         ),
     )?);
     let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
-    let writer = Arc::new(
-        CopyOnWriteWriterExec::new(
+    let writer: Arc<dyn ExecutionPlan> = match mode {
+        WriteMode::CopyOnWrite => Arc::new(
+            CopyOnWriteWriterExec::new(
+                table_name.clone(),
+                base.metadata_ref(),
+                file_io_props,
+                write_id.clone(),
+                exchange,
+            )
+            .with_targets(targets),
+        ),
+        WriteMode::MergeOnRead => Arc::new(MergeOnReadWriterExec::new(
             table_name.clone(),
             base.metadata_ref(),
             file_io_props,
             write_id.clone(),
             exchange,
-        )
-        .with_file_rows(Arc::new(file_rows)),
-    );
+        )),
+    };
     Ok(PlannedMerge {
         bound,
         base,

@@ -1,13 +1,14 @@
 //! What a merge did, read from its writers' commit fragments, and what
 //! becomes of it: committed as one snapshot (`append` when it only
-//! inserted, otherwise `overwrite`), and the statement's files that the
-//! commit does not keep deleted.
+//! inserted; otherwise an `overwrite` in copy-on-write mode, a row delta —
+//! `overwrite`, or `delete` when it only deleted — in merge-on-read mode),
+//! and the statement's files that the commit does not keep deleted.
 
 use std::collections::{BTreeMap, HashSet};
 
 use arrow::record_batch::RecordBatch;
 use datafusion::error::Result;
-use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation, StructType};
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
 use icemerge_executor::iceberg_err;
@@ -21,6 +22,8 @@ use icemerge_proto::error::internal;
 pub struct MergeOutcome {
     pub stats: BTreeMap<String, u64>,
     pub added: Vec<DataFile>,
+    /// Position delete files (merge-on-read), without their partitions yet.
+    pub added_deletes: Vec<DataFile>,
     pub removed: Vec<String>,
 }
 
@@ -48,6 +51,17 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
                     )
                     .map_err(iceberg_err)?,
                 ),
+                Fragment::AddedDeleteFile {
+                    delete_file_json, ..
+                } => outcome.added_deletes.push(
+                    deserialize_data_file_from_json(
+                        &delete_file_json,
+                        spec.spec_id(),
+                        &StructType::new(vec![]),
+                        metadata.current_schema(),
+                    )
+                    .map_err(iceberg_err)?,
+                ),
                 Fragment::RemovedFile { path } => {
                     if !removed.insert(path.clone()) {
                         return Err(internal(format!(
@@ -68,6 +82,10 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
     outcome
         .stats
         .insert("files_removed".into(), outcome.removed.len() as u64);
+    outcome.stats.insert(
+        "delete_files_added".into(),
+        outcome.added_deletes.len() as u64,
+    );
     Ok(outcome)
 }
 
@@ -79,12 +97,15 @@ pub async fn commit_merge(
     outcome: &MergeOutcome,
 ) -> Result<Option<i64>> {
     use crate::commit::{commit_overwrite, CommitOutcome, OverwriteCommit};
-    if outcome.added.is_empty() && outcome.removed.is_empty() {
+    if outcome.added.is_empty() && outcome.removed.is_empty() && outcome.added_deletes.is_empty() {
         return Ok(None);
     }
     let mut summary = std::collections::HashMap::new();
     for (k, v) in &outcome.stats {
         summary.insert(format!("icemerge.{k}"), v.to_string());
+    }
+    if !outcome.added_deletes.is_empty() {
+        return commit_merge_on_read(catalog, catalog_uri, planned, outcome, summary).await;
     }
     let operation = if outcome.removed.is_empty() {
         Operation::Append
@@ -103,9 +124,33 @@ pub async fn commit_merge(
     }
 }
 
+/// Commits a merge-on-read outcome as a row delta.
+async fn commit_merge_on_read(
+    catalog: &crate::catalog::OpenCatalog,
+    catalog_uri: &str,
+    planned: &PlannedMerge,
+    outcome: &MergeOutcome,
+    summary: std::collections::HashMap<String, String>,
+) -> Result<Option<i64>> {
+    use crate::commit::{commit_row_delta, CommitOutcome, RowDeltaCommit};
+    if !outcome.removed.is_empty() {
+        return Err(internal("MERGE: a merge-on-read writer removed data files"));
+    }
+    let commit = RowDeltaCommit {
+        added: outcome.added.clone(),
+        added_deletes: outcome.added_deletes.clone(),
+        summary,
+    };
+    match commit_row_delta(catalog_uri, &catalog.name, &planned.base, commit).await? {
+        CommitOutcome::Committed { snapshot_id } => Ok(Some(snapshot_id)),
+        CommitOutcome::NothingToCommit => Ok(None),
+    }
+}
+
 /// Deletes the files of this merge that are not part of the commit: all of
-/// them after a failure, those of discarded task attempts after a success.
-pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
+/// them after a failure, those of discarded task attempts after a success
+/// (`keep`: the committed data and delete files).
+pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[&DataFile]) -> usize {
     let location = data_location(planned.base.metadata());
     let keep: Vec<&str> = keep.iter().map(|f| f.file_path()).collect();
     delete_files_with_prefix_except(&location, &planned.write_id, &keep)

@@ -8,10 +8,11 @@ use arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use iceberg::spec::TableProperties;
+use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::ddl::{self, CreateTable};
+use icemerge_planner::write_mode::validate_modes;
 
 use super::names::quote;
 use super::{Session, StatementOutput};
@@ -144,6 +145,12 @@ impl Session {
                 e.message()
             ))
         })?;
+        let format_version = match properties.get("format-version").map(String::as_str) {
+            Some("1") => FormatVersion::V1,
+            Some("3") => FormatVersion::V3,
+            _ => FormatVersion::V2,
+        };
+        validate_modes(&ident.to_string(), &properties, format_version)?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)

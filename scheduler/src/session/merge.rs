@@ -76,7 +76,8 @@ impl Session {
                 return Err(e);
             }
         };
-        discard_uncommitted(&planned, &outcome.added);
+        let committed: Vec<_> = outcome.added.iter().chain(&outcome.added_deletes).collect();
+        discard_uncommitted(&planned, &committed);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
         if explain == Some(ExplainMerge::Analyze) {
             let tasks = match (self.engine.ledger(), self.last_job_id()) {

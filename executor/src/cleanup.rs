@@ -2,7 +2,8 @@
 //! deletes its own files, a failed statement deletes every file carrying its
 //! write id. Data files are named `<write id>-<task>-<attempt>-...`.
 //!
-//! A local warehouse (`file://` or a bare path) is walked directory by
+//! A local warehouse (`file:///path`, `file:/path` as Hadoop and so Spark
+//! write it, or a bare absolute path) is walked directory by
 //! directory. An `s3://` warehouse is listed recursively and the matching
 //! objects are deleted through opendal's S3 service, with the S3 settings
 //! this process registered for the location ([`register_storage`]: the
@@ -98,15 +99,24 @@ fn delete_local(root: &Path, prefix: &str, keep: &[&str]) -> usize {
     deleted
 }
 
-/// The local path of a `file://` (or bare) location.
+/// The local path of a local location: `file:///path`, `file:/path` (one
+/// slash: Hadoop's spelling, which Spark and other Java engines write),
+/// `file://localhost/path`, or a bare absolute path. `None` for any other
+/// location (another scheme, a host other than localhost, a relative path).
 pub fn local_path(location: &str) -> Option<&Path> {
-    if let Some(rest) = location.strip_prefix("file://") {
-        Some(Path::new(rest))
-    } else if location.starts_with('/') {
-        Some(Path::new(location))
-    } else {
-        None
-    }
+    let path = match location.strip_prefix("file:") {
+        None => location,
+        Some(rest) => match rest.strip_prefix("//") {
+            // file://AUTHORITY/path: an empty authority or localhost
+            Some(after) => match after.find('/') {
+                Some(0) => after,
+                Some(at) if &after[..at] == "localhost" => &after[at..],
+                _ => return None,
+            },
+            None => rest,
+        },
+    };
+    path.starts_with('/').then(|| Path::new(path))
 }
 
 fn is_s3(location: &str) -> bool {
@@ -258,6 +268,44 @@ fn run_blocking<T: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_locations() {
+        let local = |l: &str| local_path(l).map(|p| p.to_str().unwrap().to_string());
+        assert_eq!(local("file:///wh/t/data").as_deref(), Some("/wh/t/data"));
+        assert_eq!(local("file:/wh/t/data").as_deref(), Some("/wh/t/data"));
+        assert_eq!(local("file://localhost/wh/t").as_deref(), Some("/wh/t"));
+        assert_eq!(local("/wh/t").as_deref(), Some("/wh/t"));
+        assert_eq!(local("file://host/wh/t"), None);
+        assert_eq!(local("file:wh/t"), None);
+        assert_eq!(local("wh/t"), None);
+        assert_eq!(local("s3://b/wh"), None);
+    }
+
+    #[test]
+    fn removes_files_of_either_local_spelling() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("p=1")).unwrap();
+        for name in [
+            "w1-a.parquet",
+            "p=1/w1-b.parquet",
+            "p=1/w1-keep.parquet",
+            "w2-c.parquet",
+        ] {
+            std::fs::write(data.join(name), b"x").unwrap();
+        }
+        let keep = format!("file:{}/p=1/w1-keep.parquet", data.display());
+        let one_slash = format!("file:{}", data.display());
+        assert_eq!(
+            delete_files_with_prefix_except(&one_slash, "w1-", &[&keep]),
+            2
+        );
+        assert!(data.join("p=1/w1-keep.parquet").exists());
+        let three_slashes = format!("file://{}", data.display());
+        assert_eq!(delete_files_with_prefix(&three_slashes, "w2-"), 1);
+        assert!(!data.join("w2-c.parquet").exists());
+    }
 
     #[test]
     fn settings_by_longest_prefix() {

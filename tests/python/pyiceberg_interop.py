@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """PyIceberg side of icemerge's interop tests.
 
-Opens the same SQLite catalog icemerge uses (catalog name "icemerge",
-database <warehouse>/catalog.db) and either reads a table back as JSON rows
-or creates and appends to a table for icemerge to read.
+Opens the same SQLite catalog icemerge uses (catalog name "icemerge" unless
+--catalog-name says otherwise, database <warehouse>/catalog.db) and either
+reads a table back as JSON rows or creates and appends to a table for
+icemerge to read.
 
-  read   --warehouse W --table ns.t            prints {"rows": [...], "snapshots": N}
+  read   --warehouse W --table ns.t            prints {"rows": [...], "snapshots": N,
+                                                "format_version": V}
   create --warehouse W --table ns.t            creates ns.t (id long, name string,
                                                 amount decimal(10,2), day date) and
                                                 appends two batches
@@ -22,10 +24,10 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 
-def catalog(warehouse):
+def catalog(warehouse, name="icemerge"):
     warehouse = os.path.abspath(warehouse)
     return SqlCatalog(
-        "icemerge",
+        name,
         uri=f"sqlite:///{warehouse}/catalog.db",
         warehouse=f"file://{warehouse}",
     )
@@ -40,10 +42,11 @@ def jsonable(v):
 
 
 def read(args):
-    table = catalog(args.warehouse).load_table(args.table)
+    table = catalog(args.warehouse, args.catalog_name).load_table(args.table)
     rows = table.scan().to_arrow().to_pylist()
     rows = [{k: jsonable(v) for k, v in r.items()} for r in rows]
-    print(json.dumps({"rows": rows, "snapshots": len(table.metadata.snapshots)}, sort_keys=True))
+    print(json.dumps({"rows": rows, "snapshots": len(table.metadata.snapshots),
+                      "format_version": table.metadata.format_version}, sort_keys=True))
 
 
 def create(args):
@@ -69,7 +72,7 @@ def create(args):
 
 
 def set_property(args):
-    table = catalog(args.warehouse).load_table(args.table)
+    table = catalog(args.warehouse, args.catalog_name).load_table(args.table)
     with table.transaction() as tx:
         tx.set_properties({args.key: args.value})
     print(json.dumps({"set": {args.key: args.value}}))
@@ -80,6 +83,7 @@ if __name__ == "__main__":
     ap.add_argument("action", choices=["read", "create", "set-property"])
     ap.add_argument("--warehouse", required=True)
     ap.add_argument("--table", required=True)
+    ap.add_argument("--catalog-name", default="icemerge")
     ap.add_argument("--key")
     ap.add_argument("--value")
     a = ap.parse_args()

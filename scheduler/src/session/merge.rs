@@ -8,7 +8,9 @@ use icemerge_executor::iceberg_err;
 use icemerge_planner::explain;
 use icemerge_planner::merge::ExplainMerge;
 
-use crate::merge::{collect_fragments, commit_merge, discard_uncommitted, plan_merge};
+use crate::merge::{
+    collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge,
+};
 
 use super::explain_analyze::render_analyze;
 use super::{Session, StatementOutput};
@@ -72,7 +74,7 @@ impl Session {
         let outcome = match result {
             Ok(outcome) => outcome,
             Err(e) => {
-                discard_uncommitted(&planned, &[]);
+                discard_failed(&planned, self.engine.scheduler_url().is_some());
                 return Err(e);
             }
         };

@@ -5,7 +5,8 @@
 //! rows stream into new data files. Deletes and updates are collected per
 //! data file; at the end each touched file is read once and rewritten
 //! without its deleted rows and with its updated rows in place (file order
-//! kept); rows its delete files had removed stay removed. A file whose rows are all deleted gets no replacement and, when
+//! kept); rows its delete files had removed stay removed. A file whose rows
+//! are all deleted gets no replacement and, when
 //! its record count is known from the target scan, is not read at all. A
 //! target row acted on twice fails the statement (duplicate match). The
 //! output is the commit fragment of the partition

@@ -12,13 +12,16 @@ use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
-use iceberg::scan::FileScanTask;
+use std::collections::HashMap;
+
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use icemerge_proto::{
     physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, WriteNode,
 };
 use prost::Message;
 
-use crate::merge_writer::CopyOnWriteWriterExec;
+use crate::merge_on_read::MergeOnReadWriterExec;
+use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
 use crate::write_exec::IcebergWriteExec;
 use icemerge_proto::error::internal;
@@ -71,6 +74,35 @@ fn writer_parts(write: WriteNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<W
     ))
 }
 
+/// The merge writer's target files, taken out of its message.
+fn decode_targets(write: &mut WriteNode) -> Result<TargetFiles> {
+    let deletes = std::mem::take(&mut write.file_deletes_json)
+        .into_iter()
+        .map(|(path, json)| {
+            let files: Vec<FileScanTaskDeleteFile> =
+                serde_json::from_str(&json).map_err(json_err)?;
+            Ok((path, files))
+        })
+        .collect::<Result<HashMap<_, _>>>()?;
+    Ok(TargetFiles {
+        rows: Arc::new(std::mem::take(&mut write.file_rows)),
+        deletes: Arc::new(deletes),
+    })
+}
+
+fn encode_deletes(targets: &TargetFiles) -> Result<HashMap<String, String>> {
+    targets
+        .deletes
+        .iter()
+        .map(|(path, files)| {
+            Ok((
+                path.clone(),
+                serde_json::to_string(files).map_err(json_err)?,
+            ))
+        })
+        .collect()
+}
+
 impl PhysicalExtensionCodec for IcemergePhysicalCodec {
     fn try_decode(
         &self,
@@ -118,12 +150,18 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 )))
             }
             Some(Node::MergeWrite(mut write)) => {
-                let file_rows = std::mem::take(&mut write.file_rows);
+                let targets = decode_targets(&mut write)?;
                 let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
                 Ok(Arc::new(
                     CopyOnWriteWriterExec::new(table, metadata, props, write_id, input)
-                        .with_file_rows(Arc::new(file_rows)),
+                        .with_targets(targets),
                 ))
+            }
+            Some(Node::MergeOnReadWrite(write)) => {
+                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
+                Ok(Arc::new(MergeOnReadWriterExec::new(
+                    table, metadata, props, write_id, input,
+                )))
             }
             None => Err(internal("empty icemerge plan node")),
         }
@@ -166,6 +204,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 }),
                 write_id: write.write_id.clone(),
                 file_rows: Default::default(),
+                file_deletes_json: Default::default(),
             })
         } else if let Some(write) = node.as_any().downcast_ref::<CopyOnWriteWriterExec>() {
             Node::MergeWrite(WriteNode {
@@ -176,7 +215,20 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     props: write.file_io_props.clone(),
                 }),
                 write_id: write.write_id.clone(),
-                file_rows: write.file_rows.as_ref().clone(),
+                file_rows: write.targets.rows.as_ref().clone(),
+                file_deletes_json: encode_deletes(&write.targets)?,
+            })
+        } else if let Some(write) = node.as_any().downcast_ref::<MergeOnReadWriterExec>() {
+            Node::MergeOnReadWrite(WriteNode {
+                table: write.table.clone(),
+                table_metadata_json: serde_json::to_string(write.metadata.as_ref())
+                    .map_err(json_err)?,
+                file_io: Some(FileIoProps {
+                    props: write.file_io_props.clone(),
+                }),
+                write_id: write.write_id.clone(),
+                file_rows: Default::default(),
+                file_deletes_json: Default::default(),
             })
         } else {
             return self.fallback.try_encode(node, buf);

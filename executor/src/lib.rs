@@ -4,6 +4,11 @@
 //! - `scan_exec`: `IcebergScanExec`, also MERGE's target scan with row ids;
 //! - `write_exec`: `IcebergWriteExec` (INSERT) and the table file writer;
 //! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D);
+//! - `merge_on_read`: `MergeOnReadWriterExec`, MERGE's writer in
+//!   merge-on-read mode (position delete files, new data files);
+//! - `deletes`: position and equality delete files, read and matched where
+//!   positions must be kept;
+//! - `live_rows`: one data file's live rows with their original positions;
 //! - `codec`: `IcemergePhysicalCodec`, how these operators cross the wire;
 //! - `file_io`: warehouse access from shipped FileIO properties;
 //! - `cleanup`: removal of uncommitted files;
@@ -11,7 +16,10 @@
 
 pub mod cleanup;
 pub mod codec;
+pub mod deletes;
 pub mod file_io;
+pub mod live_rows;
+pub mod merge_on_read;
 pub mod merge_writer;
 pub mod process;
 pub mod scan_exec;

@@ -1,7 +1,9 @@
 //! `IcebergScanExec`: the distributed scan of one Iceberg snapshot. Each
-//! output partition is one task that reads a group of data files (with their
-//! position and equality deletes applied by iceberg's Arrow reader). The file
-//! list is fixed at plan time, so every task reads the same pinned snapshot.
+//! output partition is one task that reads a group of data files with their
+//! position and equality deletes applied: by iceberg's Arrow reader, or, in
+//! row-id mode (MERGE's target), by `live_rows`, which keeps every live
+//! row's original position. The file list is fixed at plan time, so every
+//! task reads the same pinned snapshot.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -28,9 +30,11 @@ use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
+use crate::deletes::{refuse_deletion_vector, DeleteLoader};
 use crate::file_io::file_io_from_props;
 use crate::iceberg_err;
-use icemerge_proto::error::{internal, invalid_input, unsupported};
+use crate::live_rows::read_live_rows;
+use icemerge_proto::error::{internal, invalid_input};
 
 /// Reads groups of Iceberg data files; one group per output partition.
 #[derive(Debug, Clone)]
@@ -242,15 +246,27 @@ impl ExecutionPlan for IcebergScanExec {
             vec![tasks]
         };
         let out_schema = schema.clone();
+        // Row-id mode: one loader per task reads each delete file once.
+        let loader = match units.iter().flatten().next() {
+            Some(first) if row_ids => Some(Arc::new(DeleteLoader::new(
+                &self.table,
+                file_io.clone(),
+                first.schema.clone(),
+                units.iter().flatten().map(|t| t.data_file_path.clone()),
+            ))),
+            _ => None,
+        };
+        let table = self.table.clone();
         let stream = futures::stream::iter(units)
             .map(move |unit| {
                 read_unit(
+                    table.clone(),
                     unit,
                     file_io.clone(),
                     batch_size,
                     data_schema.clone(),
                     out_schema.clone(),
-                    row_ids,
+                    loader.clone(),
                 )
             })
             .buffered(1)
@@ -291,54 +307,67 @@ impl ExecutionPlan for IcebergScanExec {
     }
 }
 
-/// Reads one unit of files: a stream of batches in the scan's schema, with
-/// `_file` / `_pos` appended in row-id mode (the unit is then one file).
+/// Reads one unit of files: a stream of batches in the scan's schema. In
+/// row-id mode the unit is one file, read by `live_rows` (original
+/// positions, deleted rows skipped) with `_file` / `_pos` appended;
+/// otherwise iceberg's reader streams the unit, applying delete files.
 async fn read_unit(
+    table: String,
     unit: Vec<FileScanTask>,
     file_io: iceberg::io::FileIO,
     batch_size: usize,
     data_schema: SchemaRef,
     out_schema: SchemaRef,
-    row_ids: bool,
+    deletes: Option<Arc<DeleteLoader>>,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
-    if row_ids {
-        if let Some(t) = unit.iter().find(|t| !t.deletes.is_empty()) {
-            return Err(unsupported(format!(
-                "MERGE into a table whose data file {} has delete files is not supported yet",
-                t.data_file_path
-            )));
+    for task in &unit {
+        for delete in &task.deletes {
+            refuse_deletion_vector(&table, &task.data_file_path, &delete.file_path)?;
         }
     }
-    let path = unit
-        .first()
-        .map(|t| t.data_file_path.clone())
-        .unwrap_or_default();
+    if let Some(loader) = deletes {
+        let [task] = <[FileScanTask; 1]>::try_from(unit)
+            .map_err(|_| internal("a row-id scan reads one file at a time"))?;
+        return read_with_row_ids(task, file_io, batch_size, data_schema, out_schema, &loader)
+            .await;
+    }
     let runtime = Runtime::try_current().map_err(iceberg_err)?;
     let reader = ArrowReaderBuilder::new(file_io, runtime)
         .with_batch_size(batch_size)
         .with_data_file_concurrency_limit(1)
-        .with_row_group_filtering_enabled(!row_ids)
-        .with_row_selection_enabled(!row_ids)
+        .with_row_group_filtering_enabled(true)
+        .with_row_selection_enabled(true)
         .build();
     let task_stream = futures::stream::iter(unit.into_iter().map(Ok)).boxed();
     let batches = reader.read(task_stream).map_err(iceberg_err)?.stream();
-    let mut position: i64 = 0;
     Ok(batches
-        .map(move |batch| {
-            let batch = conform(&data_schema, batch.map_err(iceberg_err)?)?;
-            if !row_ids {
-                return Ok(batch);
-            }
+        .map(move |batch| conform(&data_schema, batch.map_err(iceberg_err)?))
+        .boxed())
+}
+
+/// One file's live rows with `_file` and their original `_pos`.
+async fn read_with_row_ids(
+    task: FileScanTask,
+    file_io: iceberg::io::FileIO,
+    batch_size: usize,
+    data_schema: SchemaRef,
+    out_schema: SchemaRef,
+    loader: &DeleteLoader,
+) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    let path = task.data_file_path.clone();
+    let deletes = loader.for_file(&path, &task.deletes).await?;
+    let batches = read_live_rows(file_io, task, deletes, batch_size)?;
+    Ok(batches
+        .map(move |live| {
+            let live = live?;
+            let batch = conform(&data_schema, live.batch)?;
             let n = batch.num_rows();
             let mut columns = batch.columns().to_vec();
             columns.push(Arc::new(arrow::array::StringArray::from(vec![
                 path.as_str();
                 n
             ])));
-            columns.push(Arc::new(arrow::array::Int64Array::from_iter_values(
-                position..position + n as i64,
-            )));
-            position += n as i64;
+            columns.push(Arc::new(live.positions));
             Ok(RecordBatch::try_new(out_schema.clone(), columns)?)
         })
         .boxed())

@@ -15,6 +15,7 @@ use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMerge
 use datafusion::physical_plan::{
     displayable, ExecutionPlan, ExecutionPlanProperties, Partitioning,
 };
+use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_executor::write_exec::IcebergWriteExec;
@@ -80,6 +81,8 @@ fn role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> &'static str {
     let has = |test: fn(&Arc<dyn ExecutionPlan>) -> bool| nodes.iter().any(test);
     if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
         "writer: copy-on-write per data file, duplicate-match check"
+    } else if has(|n| n.as_any().is::<MergeOnReadWriterExec>()) {
+        "writer: merge-on-read, position deletes per data file, duplicate-match check"
     } else if has(|n| n.as_any().is::<HashJoinExec>() || classifies(n)) {
         "join / classify"
     } else if has(|n| {

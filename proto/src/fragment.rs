@@ -1,14 +1,15 @@
 //! The commit fragment of a MERGE, stage D (the writer tasks) → stage E (the
-//! coordinator's commit): what one writer partition added, what it removed,
-//! and its counters.
+//! coordinator's commit): what one writer partition added (data files, and
+//! in merge-on-read position delete files), what it removed, and its
+//! counters.
 //!
 //! A fragment travels as an Arrow batch (the writer's output rows, shipped by
 //! Ballista like any other result): one row per [`Fragment`], with the
-//! columns `kind` (`added` / `removed` / `stat`), `value` (the data file as
-//! iceberg's `serialize_data_file_to_json`, the removed path, or the counter
-//! name) and `count` (the added file's record count, 0 for a removed file, or
-//! the counter's value). [`encode`] and [`decode`] are the only code that
-//! knows that layout.
+//! columns `kind` (`added` / `added_delete` / `removed` / `stat`), `value`
+//! (the data or delete file as iceberg's `serialize_data_file_to_json`, the
+//! removed path, or the counter name) and `count` (the added file's record
+//! count, 0 for a removed file, or the counter's value). [`encode`] and
+//! [`decode`] are the only code that knows that layout.
 
 use std::sync::{Arc, LazyLock};
 
@@ -24,6 +25,13 @@ pub enum Fragment {
         data_file_json: String,
         record_count: u64,
     },
+    /// A position delete file the writer wrote (iceberg's data-file JSON,
+    /// with an empty partition: the commit gives it the partition of the
+    /// data file it references).
+    AddedDeleteFile {
+        delete_file_json: String,
+        record_count: u64,
+    },
     /// A data file of the base snapshot the writer replaced or dropped.
     RemovedFile { path: String },
     /// A counter of the writer (`rows_updated`, `bytes_read`, ...).
@@ -35,6 +43,7 @@ const VALUE: &str = "value";
 const COUNT: &str = "count";
 
 const ADDED: &str = "added";
+const ADDED_DELETE: &str = "added_delete";
 const REMOVED: &str = "removed";
 const STAT: &str = "stat";
 
@@ -62,6 +71,10 @@ pub fn encode(fragments: &[Fragment]) -> RecordBatch {
                 data_file_json,
                 record_count,
             } => (ADDED, data_file_json.as_str(), *record_count),
+            Fragment::AddedDeleteFile {
+                delete_file_json,
+                record_count,
+            } => (ADDED_DELETE, delete_file_json.as_str(), *record_count),
             Fragment::RemovedFile { path } => (REMOVED, path.as_str(), 0),
             Fragment::Stat { name, count } => (STAT, name.as_str(), *count),
         };
@@ -100,7 +113,8 @@ fn strings<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a StringArray, Ar
 }
 
 /// The fragments in `batch` (one encoded by [`encode`]), in order. A kind
-/// other than `added`, `removed` or `stat` is an error naming it.
+/// other than `added`, `added_delete`, `removed` or `stat` is an error
+/// naming it.
 pub fn decode(batch: &RecordBatch) -> Result<Vec<Fragment>, ArrowError> {
     let kinds = strings(batch, KIND)?;
     let values = strings(batch, VALUE)?;
@@ -114,6 +128,10 @@ pub fn decode(batch: &RecordBatch) -> Result<Vec<Fragment>, ArrowError> {
             match kinds.value(i) {
                 ADDED => Ok(Fragment::AddedFile {
                     data_file_json: value,
+                    record_count: count,
+                }),
+                ADDED_DELETE => Ok(Fragment::AddedDeleteFile {
+                    delete_file_json: value,
                     record_count: count,
                 }),
                 REMOVED => Ok(Fragment::RemovedFile { path: value }),
@@ -134,6 +152,10 @@ mod tests {
                 data_file_json: r#"{"file_path":"s3://b/t/data/a.parquet"}"#.into(),
                 record_count: 42,
             },
+            Fragment::AddedDeleteFile {
+                delete_file_json: r#"{"content":1,"file_path":"s3://b/t/data/d.parquet"}"#.into(),
+                record_count: 3,
+            },
             Fragment::RemovedFile {
                 path: "s3://b/t/data/old.parquet".into(),
             },
@@ -149,7 +171,7 @@ mod tests {
         let fragments = sample();
         let batch = encode(&fragments);
         assert_eq!(batch.schema(), schema());
-        assert_eq!(batch.num_rows(), 3);
+        assert_eq!(batch.num_rows(), 4);
         assert_eq!(decode(&batch).unwrap(), fragments);
         assert!(decode(&encode(&[])).unwrap().is_empty());
     }

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 /// Envelope for every icemerge physical operator that crosses the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PhysicalNode {
-    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3")]
+    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4")]
     pub node: Option<physical_node::Node>,
 }
 
@@ -24,6 +24,10 @@ pub mod physical_node {
         /// `CopyOnWriteWriterExec` (MERGE's writer), same fields as a write.
         #[prost(message, tag = "3")]
         MergeWrite(super::WriteNode),
+        /// `MergeOnReadWriterExec` (MERGE's writer in merge-on-read mode),
+        /// same fields as a write.
+        #[prost(message, tag = "4")]
+        MergeOnReadWrite(super::WriteNode),
     }
 }
 
@@ -89,4 +93,8 @@ pub struct WriteNode {
     /// reads, so that a file whose every row is deleted is dropped unread.
     #[prost(map = "string, uint64", tag = "5")]
     pub file_rows: HashMap<String, u64>,
+    /// MERGE writer: the delete files (iceberg `FileScanTaskDeleteFile`s as
+    /// a JSON array) of every data file the target scan reads that has any.
+    #[prost(map = "string, string", tag = "6")]
+    pub file_deletes_json: HashMap<String, String>,
 }

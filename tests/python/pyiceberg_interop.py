@@ -11,6 +11,8 @@ icemerge to read.
   create --warehouse W --table ns.t            creates ns.t (id long, name string,
                                                 amount decimal(10,2), day date) and
                                                 appends two batches
+  set-property --warehouse W --table ns.t --key K --value V
+                                               sets table property K to V (one commit)
 """
 import argparse
 import datetime
@@ -69,11 +71,20 @@ def create(args):
     print(json.dumps({"created": args.table}))
 
 
+def set_property(args):
+    table = catalog(args.warehouse, args.catalog_name).load_table(args.table)
+    with table.transaction() as tx:
+        tx.set_properties({args.key: args.value})
+    print(json.dumps({"set": {args.key: args.value}}))
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("action", choices=["read", "create"])
+    ap.add_argument("action", choices=["read", "create", "set-property"])
     ap.add_argument("--warehouse", required=True)
     ap.add_argument("--table", required=True)
     ap.add_argument("--catalog-name", default="icemerge")
+    ap.add_argument("--key")
+    ap.add_argument("--value")
     a = ap.parse_args()
-    {"read": read, "create": create}[a.action](a)
+    {"read": read, "create": create, "set-property": set_property}[a.action](a)

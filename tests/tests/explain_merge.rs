@@ -75,3 +75,45 @@ async fn explain_merge_shows_the_stage_graph() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_merge_names_the_merge_on_read_writer() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db;
+                 CREATE TABLE db.t (id BIGINT, v STRING) TBLPROPERTIES ('write.merge.mode' = 'merge-on-read');
+                 INSERT INTO db.t VALUES (1, 'a'), (2, 'b')",
+            )
+            .await
+            .unwrap();
+        let text: Vec<String> = query(&session, &format!("EXPLAIN {MERGE}"))
+            .await
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect();
+        let text = text.join("\n");
+        assert!(
+            text.contains("writer: merge-on-read, position deletes per data file"),
+            "{engine:?}:\n{text}"
+        );
+        assert!(text.contains("MergeOnReadWriterExec"), "{text}");
+        assert!(!text.contains("CopyOnWriteWriterExec"), "{text}");
+        let analyze: Vec<String> = query(&session, &format!("EXPLAIN ANALYZE {MERGE}"))
+            .await
+            .into_iter()
+            .map(|r| r[0].clone())
+            .collect();
+        let analyze = analyze.join("\n");
+        assert!(
+            analyze.contains("delete_files_added=1"),
+            "{engine:?}:\n{analyze}"
+        );
+        assert_eq!(
+            query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
+            vec![vec!["1", "a"], vec!["2", "B"], vec!["9", "new"]]
+        );
+    }
+}

@@ -3,10 +3,12 @@
 //! Each case builds a random target table (0–3 INSERTs, so 0–3 data files
 //! or more when partitioned; unpartitioned or partitioned by bucket, identity
 //! or truncate, so that updates move rows between partitions; unique non-NULL
-//! ids), a random source (0–6 rows given as VALUES, NULL ids
-//! allowed, duplicate ids likely) and a random list of 1–4 WHEN clauses, runs
-//! the MERGE through icemerge and compares the table afterwards and the
-//! counts of the result row with a plain Rust model of MERGE semantics:
+//! ids; `write.merge.mode` copy-on-write or merge-on-read), then runs 1–3
+//! MERGEs in a row, each with a random source (0–6 rows given as VALUES, NULL
+//! ids allowed, duplicate ids likely) and a random list of 1–4 WHEN clauses,
+//! and after each compares the table and the counts of the result row with a
+//! plain Rust model of MERGE semantics (in merge-on-read, later merges run on
+//! data files that carry the position deletes of earlier ones):
 //!
 //! - ON `t.id = src.id`, NULL never matching;
 //! - for each (target, source) pair that matches, the FIRST `WHEN MATCHED`
@@ -118,18 +120,30 @@ enum Clause {
     BySource(Option<Cond>, BySourceAction),
 }
 
+/// One MERGE of a case.
 #[derive(Clone, Debug)]
-struct Case {
-    /// One INSERT statement (so one data file) per inner vector; never empty.
-    inserts: Vec<Vec<Row>>,
+struct Merge {
     source: Vec<Row>,
     /// When `source` is empty: give it as a relation the optimizer can prove
     /// empty (`WHERE 1 = 0`) rather than one it cannot (`WHERE random() < 0`).
     foldable_empty_source: bool,
     clauses: Vec<Clause>,
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    /// One INSERT statement (so one data file) per inner vector; never empty.
+    inserts: Vec<Vec<Row>>,
+    /// The MERGEs, run in order.
+    merges: Vec<Merge>,
     /// The target's `PARTITIONED BY` clause (empty: unpartitioned).
     partitioning: &'static str,
+    /// The target's `write.merge.mode`.
+    mode: &'static str,
 }
+
+/// The write modes drawn.
+const MODES: [&str; 2] = ["copy-on-write", "merge-on-read"];
 
 /// Target layouts: unpartitioned, and partitioned so that updates of `v` or
 /// `s` move rows between partitions (NULL partition values included).
@@ -222,23 +236,32 @@ fn clause() -> impl Strategy<Value = Clause> {
     ]
 }
 
-fn case() -> impl Strategy<Value = Case> {
+fn merge() -> impl Strategy<Value = Merge> {
     (
-        target(),
         source(),
         any::<bool>(),
         prop::collection::vec(clause(), 1..=4),
-        prop::sample::select(PARTITIONINGS.to_vec()),
     )
-        .prop_map(
-            |(inserts, source, foldable_empty_source, clauses, partitioning)| Case {
-                inserts,
-                source,
-                foldable_empty_source,
-                clauses,
-                partitioning,
-            },
-        )
+        .prop_map(|(source, foldable_empty_source, clauses)| Merge {
+            source,
+            foldable_empty_source,
+            clauses,
+        })
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        target(),
+        prop::collection::vec(merge(), 1..=3),
+        prop::sample::select(PARTITIONINGS.to_vec()),
+        prop::sample::select(MODES.to_vec()),
+    )
+        .prop_map(|(inserts, merges, partitioning, mode)| Case {
+            inserts,
+            merges,
+            partitioning,
+            mode,
+        })
 }
 
 // ---------------------------------------------------------------------------
@@ -343,7 +366,7 @@ fn clause_sql(clause: &Clause) -> String {
 const EMPTY_SOURCE: &str = "SELECT * FROM (VALUES (CAST(NULL AS BIGINT), CAST(NULL AS INT), \
      CAST(NULL AS VARCHAR))) AS e(id, v, s)";
 
-fn merge_sql(case: &Case) -> String {
+fn merge_sql(case: &Merge) -> String {
     let source = if case.source.is_empty() {
         // `random() < 0` is always false but, unlike `1 = 0`, not folded away
         // by the optimizer (see `empty_source_the_optimizer_can_see`).
@@ -586,15 +609,15 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
     };
     r.run("CREATE SCHEMA db").await?;
     r.run(&format!(
-        "CREATE TABLE db.t (id BIGINT, v INT, s STRING){}",
-        case.partitioning
+        "CREATE TABLE db.t (id BIGINT, v INT, s STRING){} TBLPROPERTIES ('write.merge.mode' = '{}')",
+        case.partitioning, case.mode
     ))
     .await?;
     for rows in &case.inserts {
         r.run(&format!("INSERT INTO db.t VALUES {}", sql_values(rows)))
             .await?;
     }
-    let target: Vec<Row> = case.inserts.iter().flatten().cloned().collect();
+    let mut target: Vec<Row> = case.inserts.iter().flatten().cloned().collect();
     let before = r.table().await?;
     if before != printed(&target) {
         return Err(r.fail(&format!(
@@ -602,11 +625,26 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
             printed(&target)
         )));
     }
-    let snapshots_before = r.snapshots().await?;
+    for merge in &case.merges {
+        if let Some(rows) = check_merge(&mut r, &target, merge).await? {
+            target = rows;
+        }
+    }
+    Ok(())
+}
 
-    let sql = merge_sql(case);
+/// Runs `merge` on the table, whose rows are `target`, and checks it
+/// against the model: the table's rows afterwards (`None`: unchanged).
+async fn check_merge(
+    r: &mut Runner<'_>,
+    target: &[Row],
+    merge: &Merge,
+) -> Result<Option<Vec<Row>>, String> {
+    let before = r.table().await?;
+    let snapshots_before = r.snapshots().await?;
+    let sql = merge_sql(merge);
     let outcome = r.try_run(&sql).await;
-    match model(&target, &case.source, &case.clauses) {
+    match model(target, &merge.source, &merge.clauses) {
         ModelResult::DuplicateMatch { id } => {
             match outcome {
                 Ok(rows) => {
@@ -636,6 +674,7 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
                      {snapshots_before:?}"
                 )));
             }
+            Ok(None)
         }
         ModelResult::Ok { rows, counts } => {
             let result = match outcome {
@@ -665,9 +704,9 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
                     printed(&rows)
                 )));
             }
+            Ok(Some(rows))
         }
     }
-    Ok(())
 }
 
 fn run_property(engine: EngineKind, default_cases: u32) {

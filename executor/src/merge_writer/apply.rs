@@ -1,6 +1,7 @@
 //! Applying a touched data file's changes to one batch read from it: a pure
-//! function (no I/O). The batch holds the file's rows at positions
-//! `start..start + rows`; the changes that fall in it are given sorted by
+//! function (no I/O). The batch holds some of the file's live rows, with
+//! their positions in the file (increasing; rows deleted earlier by delete
+//! files leave gaps); the changes that fall in its range are given sorted by
 //! position; updated rows come from the batches of merge rows the writer
 //! kept.
 
@@ -31,14 +32,15 @@ pub(super) struct Applied {
     pub deleted: usize,
 }
 
-/// Applies `changes` (sorted by position, each within
-/// `start..start + batch.num_rows()`) to `batch`. A batch without changes is
-/// passed through as it is, one with deletes only is filtered, others are
-/// interleaved with the updated rows they take from `kept`, whose columns
-/// must have the batch's types.
+/// Applies `changes` (sorted by position, within the range of `positions`)
+/// to `batch`, whose row `i` is at position `positions[i]` of the file. A
+/// change at a position that is not in `positions` is not applied (and not
+/// counted). A batch without changes is passed through as it is, one with
+/// deletes only is filtered, others are interleaved with the updated rows
+/// they take from `kept`, whose columns must have the batch's types.
 pub(super) fn apply(
     batch: RecordBatch,
-    start: i64,
+    positions: &[i64],
     changes: &[(i64, &Change)],
     kept: &[RecordBatch],
 ) -> Result<Applied> {
@@ -51,20 +53,25 @@ pub(super) fn apply(
         });
     }
     if changes.iter().all(|(_, c)| matches!(c, Change::Delete)) {
-        return delete_only(&batch, start, changes);
+        return delete_only(&batch, positions, changes);
     }
-    update_and_delete(&batch, start, changes, kept)
+    update_and_delete(&batch, positions, changes, kept)
 }
 
 /// The batch without the deleted rows.
-fn delete_only(batch: &RecordBatch, start: i64, changes: &[(i64, &Change)]) -> Result<Applied> {
+fn delete_only(
+    batch: &RecordBatch,
+    positions: &[i64],
+    changes: &[(i64, &Change)],
+) -> Result<Applied> {
     let rows = batch.num_rows();
     let mut keep = vec![true; rows];
     let mut deleted = 0;
-    for (pos, _) in changes {
-        let row = usize::try_from(pos - start).ok();
-        if let Some(slot) = row.and_then(|row| keep.get_mut(row)) {
-            *slot = false;
+    let mut changed = changes.iter().peekable();
+    for (row, pos) in positions.iter().enumerate() {
+        while changed.next_if(|(p, _)| p < pos).is_some() {}
+        if changed.next_if(|(p, _)| p == pos).is_some() {
+            keep[row] = false;
             deleted += 1;
         }
     }
@@ -83,7 +90,7 @@ fn delete_only(batch: &RecordBatch, start: i64, changes: &[(i64, &Change)]) -> R
 /// The batch with deleted rows left out and updated rows taken from `kept`.
 fn update_and_delete(
     batch: &RecordBatch,
-    start: i64,
+    positions: &[i64],
     changes: &[(i64, &Change)],
     kept: &[RecordBatch],
 ) -> Result<Applied> {
@@ -93,8 +100,9 @@ fn update_and_delete(
     let mut indices: Vec<(usize, usize)> = Vec::with_capacity(rows);
     let (mut updated, mut deleted) = (0, 0);
     let mut changed = changes.iter().peekable();
-    for row in 0..rows {
-        match changed.next_if(|(pos, _)| *pos == start + row as i64) {
+    for (row, pos) in positions.iter().enumerate() {
+        while changed.next_if(|(p, _)| p < pos).is_some() {}
+        match changed.next_if(|(p, _)| p == pos) {
             None => indices.push((0, row)),
             Some((_, Change::Delete)) => deleted += 1,
             Some((_, Change::Update { batch, row })) => {
@@ -188,9 +196,14 @@ mod tests {
             .collect()
     }
 
+    /// Positions 100..110: the batch's rows follow each other in the file.
+    fn contiguous() -> Vec<i64> {
+        (100..110).collect()
+    }
+
     fn run(changes: &[(i64, Change)]) -> Applied {
         let changes: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
-        apply(file_batch(), 100, &changes, &kept()).unwrap()
+        apply(file_batch(), &contiguous(), &changes, &kept()).unwrap()
     }
 
     fn counts(applied: &Applied) -> (usize, usize, usize) {
@@ -207,7 +220,7 @@ mod tests {
     #[test]
     fn no_change_passes_the_batch_through() {
         let original = file_batch();
-        let applied = apply(original.clone(), 100, &[], &kept()).unwrap();
+        let applied = apply(original.clone(), &contiguous(), &[], &kept()).unwrap();
         assert_eq!(counts(&applied), (10, 0, 0));
         assert_eq!(applied.batch.unwrap(), original);
     }
@@ -289,5 +302,32 @@ mod tests {
         let applied = run(&mixed);
         assert_eq!(counts(&applied), (0, 1, 9));
         assert_eq!(ids(&applied), vec![0]);
+    }
+
+    #[test]
+    fn rows_deleted_earlier_leave_gaps_in_the_positions() {
+        // Ten live rows at even positions 200, 202, ..., 218 (the odd ones
+        // were deleted by a delete file); a change at an odd position is
+        // not applied.
+        let positions: Vec<i64> = (0..10).map(|i| 200 + 2 * i).collect();
+        let changes = [
+            (202, Change::Delete),
+            (203, Change::Delete),
+            (210, Change::Update { batch: 1, row: 0 }),
+            (218, Change::Delete),
+        ];
+        let changes: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
+        let applied = apply(file_batch(), &positions, &changes, &kept()).unwrap();
+        assert_eq!(counts(&applied), (7, 1, 2));
+        let out = rows(applied.batch.as_ref().unwrap());
+        let kept_ids: Vec<i64> = out.iter().map(|r| r.0).collect();
+        assert_eq!(kept_ids, vec![0, 2, 3, 4, 3, 6, 7, 8]);
+        assert_eq!(out[4].1, "b0");
+
+        let deletes = [(201, Change::Delete), (204, Change::Delete)];
+        let deletes: Vec<(i64, &Change)> = deletes.iter().map(|(p, c)| (*p, c)).collect();
+        let applied = apply(file_batch(), &positions, &deletes, &kept()).unwrap();
+        assert_eq!(counts(&applied), (9, 0, 1));
+        assert_eq!(ids(&applied), vec![0, 1, 3, 4, 5, 6, 7, 8, 9]);
     }
 }

@@ -23,6 +23,7 @@ use icemerge_proto::fragment;
 
 use super::metrics::WriterMetrics;
 use super::sink::PartitionSink;
+use super::TargetFiles;
 use crate::file_io::file_io_from_props;
 use icemerge_proto::error::internal;
 
@@ -34,8 +35,8 @@ pub struct CopyOnWriteWriterExec {
     pub file_io_props: HashMap<String, String>,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
-    /// Record count of each data file the target scan reads.
-    pub file_rows: Arc<HashMap<String, u64>>,
+    /// Record counts and delete files of the data files the target scan reads.
+    pub targets: TargetFiles,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
 }
@@ -60,15 +61,16 @@ impl CopyOnWriteWriterExec {
             file_io_props,
             write_id,
             input,
-            file_rows: Arc::default(),
+            targets: TargetFiles::default(),
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
-    /// The same writer, knowing each data file's record count.
-    pub fn with_file_rows(mut self, file_rows: Arc<HashMap<String, u64>>) -> Self {
-        self.file_rows = file_rows;
+    /// The same writer, knowing each data file's record count and delete
+    /// files.
+    pub fn with_targets(mut self, targets: TargetFiles) -> Self {
+        self.targets = targets;
         self
     }
 }
@@ -123,7 +125,7 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
                 self.write_id.clone(),
                 input,
             )
-            .with_file_rows(self.file_rows.clone()),
+            .with_targets(self.targets.clone()),
         ))
     }
 
@@ -142,9 +144,10 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         );
         let batch_size = context.session_config().batch_size();
         let m = WriterMetrics::new(&self.metrics, partition);
-        let file_rows = self.file_rows.clone();
+        let targets = self.targets.clone();
+        let table = self.table.clone();
         let stream = futures::stream::once(async move {
-            PartitionSink::try_new(metadata, file_io, prefix, batch_size, file_rows, m)
+            PartitionSink::try_new(table, metadata, file_io, prefix, batch_size, targets, m)
                 .await?
                 .run(input)
                 .await

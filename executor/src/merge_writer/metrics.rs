@@ -5,7 +5,7 @@ use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricB
 use icemerge_proto::fragment::Fragment;
 
 /// The counters of one writer partition.
-pub(super) struct WriterMetrics {
+pub(crate) struct WriterMetrics {
     pub updated: Count,
     pub deleted: Count,
     pub inserted: Count,
@@ -13,6 +13,8 @@ pub(super) struct WriterMetrics {
     pub files_rewritten: Count,
     pub files_removed: Count,
     pub files_added: Count,
+    /// Position delete files written (merge-on-read).
+    pub delete_files_added: Count,
     pub bytes_read: Count,
     pub bytes_written: Count,
 }
@@ -28,6 +30,7 @@ impl WriterMetrics {
             files_rewritten: c("files_rewritten"),
             files_removed: c("files_removed"),
             files_added: c("files_added"),
+            delete_files_added: c("delete_files_added"),
             bytes_read: c("bytes_read"),
             bytes_written: c("bytes_written"),
         }

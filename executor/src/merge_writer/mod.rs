@@ -5,7 +5,8 @@
 //! rows stream into new data files. Deletes and updates are collected per
 //! data file; at the end each touched file is read once and rewritten
 //! without its deleted rows and with its updated rows in place (file order
-//! kept). A file whose rows are all deleted gets no replacement and, when
+//! kept); rows its delete files had removed stay removed. A file whose rows
+//! are all deleted gets no replacement and, when
 //! its record count is known from the target scan, is not read at all. A
 //! target row acted on twice fails the statement (duplicate match). The
 //! output is the commit fragment of the partition
@@ -17,12 +18,30 @@
 //! - `rewrite.rs`: reading one touched file and streaming it through its
 //!   changes;
 //! - `apply.rs`: the changes applied to one batch of a file (pure);
-//! - `metrics.rs`: the operator's counters.
+//! - `merge_rows.rs`: reading merge rows (shared with the merge-on-read
+//!   writer, `crate::merge_on_read`);
+//! - `metrics.rs`: the operator's counters (shared too).
 
 mod apply;
 mod exec;
-mod metrics;
+pub(crate) mod merge_rows;
+pub(crate) mod metrics;
 mod rewrite;
 mod sink;
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use iceberg::scan::FileScanTaskDeleteFile;
+
 pub use exec::CopyOnWriteWriterExec;
+
+/// What the writer knows of the data files the target scan reads.
+#[derive(Debug, Clone, Default)]
+pub struct TargetFiles {
+    /// Record count of each file (from its manifest entry).
+    pub rows: Arc<HashMap<String, u64>>,
+    /// The delete files that apply to each file; files without any are not
+    /// listed.
+    pub deletes: Arc<HashMap<String, Vec<FileScanTaskDeleteFile>>>,
+}

@@ -1,35 +1,43 @@
-//! Rewriting one touched data file: read it once, in order, and stream every
+//! Rewriting one touched data file: read its live rows once, in order, with
+//! their original positions (`crate::live_rows`: rows its delete files
+//! removed are left out, as the target scan left them out), and stream every
 //! batch through its changes (`apply`) into the partition's file writer. A
-//! file whose every row is deleted, when its record count is known from the
-//! target scan, is dropped without being read.
+//! file without delete files whose every row is deleted, when its record
+//! count is known from the target scan, is dropped without being read.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use datafusion::error::Result;
+use futures::stream::BoxStream;
 use futures::StreamExt;
-use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::io::FileIO;
-use iceberg::scan::{ArrowRecordBatchStream, FileScanTask};
+use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataFileFormat, SchemaRef};
-use iceberg::Runtime;
 
 use super::apply::{apply, Change};
 use super::metrics::WriterMetrics;
+use crate::deletes::DeleteLoader;
 use crate::iceberg_err;
+use crate::live_rows::{read_live_rows, LiveBatch};
 use crate::scan_exec::conform;
 use crate::write_exec::TableFileWriter;
 use icemerge_proto::error::internal;
 
 /// Reads touched data files of one table.
 pub(super) struct FileRewriter {
+    /// The table, for errors.
+    table: String,
     file_io: FileIO,
     /// The table's current schema: every column is read.
     schema: SchemaRef,
     batch_size: usize,
     /// Record count of each data file the target scan reads.
     file_rows: Arc<HashMap<String, u64>>,
+    /// The delete files of each data file the target scan reads (files
+    /// without any are not listed).
+    file_deletes: Arc<HashMap<String, Vec<FileScanTaskDeleteFile>>>,
 }
 
 /// Where a rewrite's rows go, and what it counts.
@@ -43,8 +51,8 @@ pub(super) struct RewriteOutput<'a> {
 /// How far a rewrite got through a file and its changes.
 #[derive(Default)]
 struct Progress {
-    /// Rows read from the file.
-    position: i64,
+    /// Live rows read from the file.
+    rows: usize,
     /// Changes consumed (they are sorted by position).
     next: usize,
     updated: usize,
@@ -53,25 +61,45 @@ struct Progress {
 
 impl FileRewriter {
     pub fn new(
+        table: String,
         file_io: FileIO,
         schema: SchemaRef,
         batch_size: usize,
         file_rows: Arc<HashMap<String, u64>>,
+        file_deletes: Arc<HashMap<String, Vec<FileScanTaskDeleteFile>>>,
     ) -> Self {
         Self {
+            table,
             file_io,
             schema,
             batch_size,
             file_rows,
+            file_deletes,
         }
     }
 
-    /// Streams `file` once, applying `changes` by position. A file whose
-    /// every row is deleted is dropped without reading it.
+    /// A loader of the delete files of `files` (the files to rewrite).
+    pub fn delete_loader<'a>(&self, files: impl IntoIterator<Item = &'a String>) -> DeleteLoader {
+        let with_deletes = files
+            .into_iter()
+            .filter(|f| self.file_deletes.contains_key(*f))
+            .cloned();
+        DeleteLoader::new(
+            &self.table,
+            self.file_io.clone(),
+            self.schema.clone(),
+            with_deletes,
+        )
+    }
+
+    /// Streams `file`'s live rows once, applying `changes` by position. A
+    /// file without delete files whose every row is deleted is dropped
+    /// without reading it.
     pub async fn rewrite(
         &self,
         file: &str,
         changes: &HashMap<i64, Change>,
+        deletes: &DeleteLoader,
         mut out: RewriteOutput<'_>,
     ) -> Result<()> {
         if self.all_deleted(file, changes) {
@@ -79,19 +107,20 @@ impl FileRewriter {
             out.metrics.files_removed.add(1);
             return Ok(());
         }
-        let batches = self.open(file, out.metrics).await?;
+        let batches = self.open(file, deletes, out.metrics).await?;
         let mut sorted: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
         sorted.sort_unstable_by_key(|(p, _)| *p);
         let done = stream_through(batches, &sorted, &mut out).await?;
         if done.next != sorted.len() || done.updated + done.deleted != changes.len() {
             return Err(internal(format!(
-                "MERGE: data file {file} has {} rows but changes were planned for positions beyond it",
-                done.position
+                "MERGE: data file {file} has {} live rows but changes were planned for positions \
+                 that are beyond it or deleted",
+                done.rows
             )));
         }
         out.metrics.updated.add(done.updated);
         out.metrics.deleted.add(done.deleted);
-        if done.position as usize == done.deleted {
+        if done.rows == done.deleted {
             out.metrics.files_removed.add(1);
         } else {
             out.metrics.files_rewritten.add(1);
@@ -99,15 +128,24 @@ impl FileRewriter {
         Ok(())
     }
 
-    /// Every row of `file` is deleted, as its record count tells.
+    /// Every row of `file` is deleted, as its record count tells (a file
+    /// with delete files has fewer live rows than its count: it is read).
     fn all_deleted(&self, file: &str, changes: &HashMap<i64, Change>) -> bool {
+        if self.file_deletes.contains_key(file) {
+            return false;
+        }
         self.file_rows.get(file).is_some_and(|&rows| {
             rows as usize == changes.len() && changes.values().all(|c| matches!(c, Change::Delete))
         })
     }
 
-    /// The batches of `file`, every column, in file order.
-    async fn open(&self, file: &str, metrics: &WriterMetrics) -> Result<ArrowRecordBatchStream> {
+    /// The live rows of `file`, every column, in file order.
+    async fn open(
+        &self,
+        file: &str,
+        deletes: &DeleteLoader,
+        metrics: &WriterMetrics,
+    ) -> Result<BoxStream<'static, Result<LiveBatch>>> {
         let size = self
             .file_io
             .new_input(file)
@@ -134,36 +172,27 @@ impl FileRewriter {
             name_mapping: None,
             case_sensitive: true,
         };
-        let reader = ArrowReaderBuilder::new(
-            self.file_io.clone(),
-            Runtime::try_current().map_err(iceberg_err)?,
-        )
-        .with_batch_size(self.batch_size)
-        .with_data_file_concurrency_limit(1)
-        .with_row_group_filtering_enabled(false)
-        .with_row_selection_enabled(false)
-        .build();
-        Ok(reader
-            .read(futures::stream::iter([Ok(task)]).boxed())
-            .map_err(iceberg_err)?
-            .stream())
+        let listed = self.file_deletes.get(file).map_or(&[][..], Vec::as_slice);
+        let deletes = deletes.for_file(file, listed).await?;
+        read_live_rows(self.file_io.clone(), task, deletes, self.batch_size)
     }
 }
 
 /// Writes every batch of a file with the run of `sorted` changes that falls
 /// within its positions applied.
 async fn stream_through(
-    mut batches: ArrowRecordBatchStream,
+    mut batches: BoxStream<'static, Result<LiveBatch>>,
     sorted: &[(i64, &Change)],
     out: &mut RewriteOutput<'_>,
 ) -> Result<Progress> {
     let mut done = Progress::default();
-    while let Some(batch) = batches.next().await {
-        let batch = batch.map_err(iceberg_err)?;
-        let start = done.position;
-        done.position += batch.num_rows() as i64;
+    while let Some(live) = batches.next().await {
+        let LiveBatch { batch, positions } = live?;
+        let positions = positions.values();
+        done.rows += batch.num_rows();
+        let last = positions.last().copied().unwrap_or(-1);
         let first = done.next;
-        while done.next < sorted.len() && sorted[done.next].0 < done.position {
+        while done.next < sorted.len() && sorted[done.next].0 <= last {
             done.next += 1;
         }
         let in_batch = &sorted[first..done.next];
@@ -175,7 +204,7 @@ async fn stream_through(
         } else {
             conform(out.writer.arrow_schema(), batch)?
         };
-        let applied = apply(batch, start, in_batch, out.kept)?;
+        let applied = apply(batch, positions, in_batch, out.kept)?;
         out.metrics.copied.add(applied.copied);
         done.updated += applied.updated;
         done.deleted += applied.deleted;

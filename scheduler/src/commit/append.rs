@@ -92,6 +92,7 @@ fn append(files: Vec<DataFile>) -> SnapshotChanges {
     SnapshotChanges {
         operation: Operation::Append,
         added: files,
+        added_deletes: vec![],
         removed: Default::default(),
         properties: Default::default(),
         policy: ManifestPolicy::FastAppend,

@@ -1,11 +1,11 @@
-//! Reading a snapshot's manifest list and writing new manifests. Every manifest a
-//! commit writes (added files, deleted-only, rewritten) goes through
-//! [`write_manifest`].
+//! Reading a snapshot's manifest list and writing new manifests. Every
+//! manifest a commit writes (added files, deleted-only, rewritten; data or
+//! delete files) goes through [`write_manifest_of`].
 
 use datafusion::error::Result;
 use iceberg::spec::{
-    DataFile, FormatVersion, ManifestEntry, ManifestFile, ManifestWriter, ManifestWriterBuilder,
-    PartitionSpec, SchemaRef, SnapshotRef,
+    DataFile, FormatVersion, ManifestContentType, ManifestEntry, ManifestFile, ManifestWriter,
+    ManifestWriterBuilder, PartitionSpec, SchemaRef, SnapshotRef,
 };
 use iceberg::table::Table;
 use iceberg::TableIdent;
@@ -64,8 +64,20 @@ pub(crate) async fn write_manifest<'a>(
     spec: PartitionSpec,
     entries: impl IntoIterator<Item = NewEntry<'a>>,
 ) -> Result<ManifestFile> {
+    write_manifest_of(staging, ManifestContentType::Data, schema, spec, entries).await
+}
+
+/// Writes one new manifest of `content` (data, or delete files) of
+/// `entries` in `schema` / `spec` at the commit's next manifest path.
+pub(crate) async fn write_manifest_of<'a>(
+    staging: &mut Staging,
+    content: ManifestContentType,
+    schema: SchemaRef,
+    spec: PartitionSpec,
+    entries: impl IntoIterator<Item = NewEntry<'a>>,
+) -> Result<ManifestFile> {
     let path = staging.next_manifest_path();
-    let mut writer = manifest_writer(staging, &path, schema, spec)
+    let mut writer = manifest_writer(staging, &path, content, schema, spec)
         .map_err(staging.err("creating a manifest"))?;
     for entry in entries {
         add_entry(&mut writer, entry, &staging.ident)?;
@@ -79,15 +91,24 @@ pub(crate) async fn write_manifest<'a>(
 fn manifest_writer(
     staging: &Staging,
     path: &str,
+    content: ManifestContentType,
     schema: SchemaRef,
     spec: PartitionSpec,
 ) -> iceberg::Result<ManifestWriter> {
     let output = staging.file_io.new_output(path)?;
     let builder = ManifestWriterBuilder::new(output, Some(staging.snapshot_id), schema, spec);
-    Ok(match staging.format_version {
-        FormatVersion::V1 => builder.build_v1(),
-        FormatVersion::V2 => builder.build_v2_data(),
-        FormatVersion::V3 => builder.build_v3_data(),
+    Ok(match (staging.format_version, content) {
+        (FormatVersion::V1, ManifestContentType::Data) => builder.build_v1(),
+        (FormatVersion::V2, ManifestContentType::Data) => builder.build_v2_data(),
+        (FormatVersion::V3, ManifestContentType::Data) => builder.build_v3_data(),
+        (FormatVersion::V1, ManifestContentType::Deletes) => {
+            return Err(iceberg::Error::new(
+                iceberg::ErrorKind::FeatureUnsupported,
+                "format-version 1 tables have no delete files",
+            ))
+        }
+        (FormatVersion::V2, ManifestContentType::Deletes) => builder.build_v2_deletes(),
+        (FormatVersion::V3, ManifestContentType::Deletes) => builder.build_v3_deletes(),
     })
 }
 

@@ -30,14 +30,17 @@
 //! process killed at any point leaves the row at the old or the new
 //! metadata file.
 //!
-//! Actions: `append.rs` (INSERT, CTAS) and `overwrite.rs` (MERGE). How
-//! row-delta, replace and metadata-only actions plug in is described in
-//! `producer.rs`.
+//! Actions: `append.rs` (INSERT, CTAS), `overwrite.rs` (MERGE,
+//! copy-on-write) and `row_delta.rs` (MERGE, merge-on-read: data and
+//! position delete files added, nothing removed). How replace and
+//! metadata-only actions plug in is described in `producer.rs`.
 
 mod append;
 mod catalog_swap;
 mod concurrent;
 mod context;
+mod dangling_deletes;
+mod delete_files;
 mod isolation;
 mod manifest_list;
 mod manifests;
@@ -46,6 +49,7 @@ mod overwrite;
 mod plan;
 mod producer;
 mod retry;
+mod row_delta;
 mod staging;
 mod summary;
 #[cfg(test)]
@@ -61,4 +65,5 @@ pub use isolation::{
     UPDATE_ISOLATION_LEVEL,
 };
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
+pub use row_delta::{commit_row_delta, RowDeltaCommit};
 pub use validation::{Conflict, ConflictKind};

@@ -76,6 +76,22 @@ pub async fn commit_overwrite(
     commit: OverwriteCommit,
     context: &CommitContext,
 ) -> Result<CommitOutcome> {
+    commit_with_retries(catalog, base, context, &commit.removed, || changes(&commit)).await
+}
+
+/// Produces `changes()` against `base` and swaps the catalog row; when
+/// another writer swapped first, reloads the table, validates what was
+/// committed since against `context` and `depends_on` (the data files this
+/// statement removes or adds deletes for) and tries again on the new head,
+/// within the table's `commit.retry.*` settings. Shared by the overwrite
+/// and the row delta.
+pub(super) async fn commit_with_retries(
+    catalog: &OpenCatalog,
+    base: &Table,
+    context: &CommitContext,
+    depends_on: &HashSet<String>,
+    changes: impl Fn() -> SnapshotChanges,
+) -> Result<CommitOutcome> {
     let row = CatalogRow {
         uri: &catalog.uri,
         catalog_name: &catalog.name,
@@ -88,7 +104,7 @@ pub async fn commit_overwrite(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        match produce(&row, &table, changes(&commit)).await? {
+        match produce(&row, &table, changes()).await? {
             Outcome::Committed { snapshot_id } => {
                 return Ok(CommitOutcome::Committed {
                     snapshot_id,
@@ -110,7 +126,7 @@ pub async fn commit_overwrite(
             .load_table(ident)
             .await
             .map_err(iceberg_err)?;
-        if let Some(found) = validate_since(&table, &head, &context, &commit.removed).await? {
+        if let Some(found) = validate_since(&table, &head, &context, depends_on).await? {
             return Ok(CommitOutcome::Conflict(found));
         }
         context.base_snapshot_id = head.metadata().current_snapshot_id();
@@ -122,6 +138,7 @@ fn changes(commit: &OverwriteCommit) -> SnapshotChanges {
     SnapshotChanges {
         operation: commit.operation.clone(),
         added: commit.added.clone(),
+        added_deletes: vec![],
         removed: commit.removed.clone(),
         properties: commit.summary.clone(),
         policy: ManifestPolicy::Merging,

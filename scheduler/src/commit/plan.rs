@@ -3,7 +3,11 @@
 //! loaded manifests, so every rule is tested without I/O.
 //!
 //! Rules (for [`ManifestPolicy::Merging`], the overwrite's):
-//! - a delete manifest is carried (same manifest list entry);
+//! - a delete manifest is carried (same manifest list entry), unless the
+//!   commit removes data files and some of its position delete files
+//!   reference only removed ones (`dangling_deletes.rs`): it is then
+//!   rewritten with those `Deleted` (every live data manifest is read when
+//!   files are removed, so the live paths are known);
 //! - a data manifest with no live file (by its counts, or once loaded) is
 //!   dropped;
 //! - a data manifest not loaded, or loaded with no removed file, is carried;
@@ -19,7 +23,15 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use iceberg::spec::{FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile};
+use std::borrow::Cow;
+
+use iceberg::metadata_columns::RESERVED_FIELD_ID_DELETE_FILE_PATH;
+use iceberg::spec::{
+    DataContentType, DataFile, Datum, FormatVersion, ManifestContentType, ManifestEntryRef,
+    ManifestFile, PrimitiveLiteral,
+};
+
+use super::dangling_deletes::{is_dangling, LiveDataPaths};
 
 /// How an action treats the base snapshot's manifests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,21 +75,53 @@ impl ManifestView {
 }
 
 /// What planning needs to know about one entry of a loaded manifest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct EntryView<'a> {
     pub path: &'a str,
     /// `Added` or `Existing`.
     pub alive: bool,
     pub has_first_row_id: bool,
+    /// A position delete file.
+    pub position_deletes: bool,
+    /// The data file paths a position delete file may reference (inclusive
+    /// range), when its entry tells.
+    pub references: Option<(Cow<'a, str>, Cow<'a, str>)>,
 }
 
 impl<'a> EntryView<'a> {
     pub(crate) fn of(entry: &'a ManifestEntryRef) -> Self {
+        let file = entry.data_file();
+        let position_deletes = file.content_type() == DataContentType::PositionDeletes;
         EntryView {
             path: entry.file_path(),
             alive: entry.is_alive(),
-            has_first_row_id: entry.data_file().first_row_id().is_some(),
+            has_first_row_id: file.first_row_id().is_some(),
+            position_deletes,
+            references: if position_deletes {
+                references(file)
+            } else {
+                None
+            },
         }
+    }
+}
+
+/// A position delete file's referenced data file, else the bounds of its
+/// `file_path` column.
+fn references(file: &DataFile) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+    if let Some(path) = file.referenced_data_file() {
+        return Some((Cow::Owned(path.clone()), Cow::Owned(path)));
+    }
+    let lower = path_bound(file.lower_bounds())?;
+    let upper = path_bound(file.upper_bounds())?;
+    Some((Cow::Borrowed(lower), Cow::Borrowed(upper)))
+}
+
+/// The `file_path` column's bound among `bounds`.
+fn path_bound(bounds: &HashMap<i32, Datum>) -> Option<&str> {
+    match bounds.get(&RESERVED_FIELD_ID_DELETE_FILE_PATH)?.literal() {
+        PrimitiveLiteral::String(s) => Some(s.as_str()),
+        _ => None,
     }
 }
 
@@ -150,10 +194,13 @@ pub(crate) fn manifests_to_load(
     if policy == ManifestPolicy::Merging && !removing {
         return vec![];
     }
+    // Removing data files may leave position delete files dangling: their
+    // manifests are read too.
+    let read_deletes = policy == ManifestPolicy::Merging;
     manifests
         .iter()
         .enumerate()
-        .filter(|(_, m)| !m.deletes && m.may_have_live)
+        .filter(|(_, m)| m.may_have_live && (!m.deletes || read_deletes))
         .map(|(i, _)| i)
         .collect()
 }
@@ -162,18 +209,22 @@ pub(crate) fn manifests_to_load(
 pub(crate) fn plan_manifests(input: &PlanInput) -> Result<ManifestPlan, PlanError> {
     let mut plan = ManifestPlan::default();
     let mut found: HashSet<&str> = HashSet::new();
+    let live = live_data_paths(input);
     for (i, view) in input.manifests.iter().enumerate() {
-        let carried_delete_manifest =
-            view.deletes && (view.may_have_live || input.policy == ManifestPolicy::Merging);
-        let decision = if carried_delete_manifest {
-            Decision::Carry
-        } else if !view.may_have_live {
-            unlive(view, input.policy)
-        } else if let Some(entries) = input.loaded.get(&i) {
-            decide_loaded(input, i, view, entries, &mut plan, &mut found)?
-        } else {
-            Decision::Carry
-        };
+        let merging = input.policy == ManifestPolicy::Merging;
+        let carried_delete_manifest = view.deletes && (view.may_have_live || merging);
+        let decision =
+            if let (true, true, Some(entries)) = (view.deletes, merging, input.loaded.get(&i)) {
+                decide_deletes(input, i, entries, live.as_ref(), &mut plan)
+            } else if carried_delete_manifest {
+                Decision::Carry
+            } else if !view.may_have_live {
+                unlive(view, input.policy)
+            } else if let Some(entries) = input.loaded.get(&i) {
+                decide_loaded(input, i, view, entries, &mut plan, &mut found)?
+            } else {
+                Decision::Carry
+            };
         plan.decisions.push(decision);
     }
     if found.len() != input.removed.len() {
@@ -187,6 +238,54 @@ pub(crate) fn plan_manifests(input: &PlanInput) -> Result<ManifestPlan, PlanErro
         return Err(PlanError::NotLive(missing));
     }
     Ok(plan)
+}
+
+/// The live data paths of the base snapshot; `None` when a data manifest
+/// that may hold live files was not read.
+fn live_data_paths<'a>(input: &'a PlanInput<'a>) -> Option<LiveDataPaths<'a>> {
+    let mut paths = vec![];
+    for (i, view) in input.manifests.iter().enumerate() {
+        if view.deletes || !view.may_have_live {
+            continue;
+        }
+        let entries = input.loaded.get(&i)?;
+        paths.extend(entries.iter().filter(|e| e.alive).map(|e| e.path));
+    }
+    Some(LiveDataPaths::new(paths))
+}
+
+/// A delete manifest that was read: its dangling position delete files are
+/// `Deleted` (see `dangling_deletes.rs`); without any, it is carried.
+fn decide_deletes(
+    input: &PlanInput,
+    index: usize,
+    entries: &[EntryView],
+    live: Option<&LiveDataPaths>,
+    plan: &mut ManifestPlan,
+) -> Decision {
+    let Some(live) = live.filter(|_| !input.removed.is_empty()) else {
+        return Decision::Carry;
+    };
+    let mut fates = vec![];
+    let mut dropped = 0;
+    for (e, entry) in entries.iter().enumerate().filter(|(_, e)| e.alive) {
+        let references = entry
+            .references
+            .as_ref()
+            .map(|(lower, upper)| (lower.as_ref(), upper.as_ref()));
+        if entry.position_deletes && is_dangling(references, live, input.removed) {
+            fates.push((e, Fate::Deleted));
+            plan.removed.push((index, e));
+            dropped += 1;
+        } else {
+            fates.push((e, Fate::Existing));
+        }
+    }
+    if dropped == 0 {
+        Decision::Carry
+    } else {
+        Decision::Rewrite(fates)
+    }
 }
 
 /// A manifest whose counts allow no live file.
@@ -283,6 +382,17 @@ mod tests {
             path,
             alive: true,
             has_first_row_id: false,
+            position_deletes: false,
+            references: None,
+        }
+    }
+
+    /// A live position delete file referencing the paths `lower..=upper`.
+    fn position_delete<'a>(path: &'a str, lower: &'a str, upper: &'a str) -> EntryView<'a> {
+        EntryView {
+            position_deletes: true,
+            references: Some((Cow::Borrowed(lower), Cow::Borrowed(upper))),
+            ..live(path)
         }
     }
 
@@ -417,10 +527,75 @@ mod tests {
         let case = Case::new(vec![deletes(), data(0)], vec![(1, vec![live("a")])]).removing(&["a"]);
         assert_eq!(
             manifests_to_load(&case.manifests, ManifestPolicy::Merging, true),
-            vec![1]
+            vec![0, 1]
         );
+        // Not read: carried.
         let plan = case.plan().unwrap();
         assert_eq!(plan.decisions, vec![Decision::Carry, Decision::Drop]);
+        // Read, with nothing dangling: carried.
+        let case = Case::new(
+            vec![deletes(), data(0)],
+            vec![
+                (0, vec![position_delete("p1", "b", "b")]),
+                (1, vec![live("a"), live("b")]),
+            ],
+        )
+        .removing(&["a"]);
+        let plan = case.plan().unwrap();
+        assert_eq!(plan.decisions[0], Decision::Carry);
+        assert_eq!(plan.removed, vec![(1, 0)]);
+    }
+
+    #[test]
+    fn position_deletes_of_removed_files_are_dropped() {
+        let equality = EntryView { ..live("eq") };
+        let unknown = EntryView {
+            position_deletes: true,
+            ..live("p-unknown")
+        };
+        let case = Case::new(
+            vec![deletes(), data(0)],
+            vec![
+                (
+                    0,
+                    vec![
+                        position_delete("p-a", "a", "a"),
+                        dead("p-old"),
+                        position_delete("p-ab", "a", "b"),
+                        position_delete("p-c", "c", "c"),
+                        equality,
+                        unknown,
+                    ],
+                ),
+                (1, vec![live("a"), live("b"), live("c")]),
+            ],
+        )
+        .removing(&["a", "c"]);
+        let plan = case.plan().unwrap();
+        assert_eq!(
+            plan.decisions[0],
+            Decision::Rewrite(vec![
+                (0, Fate::Deleted),
+                (2, Fate::Existing),
+                (3, Fate::Deleted),
+                (4, Fate::Existing),
+                (5, Fate::Existing),
+            ])
+        );
+        assert_eq!(plan.removed, vec![(0, 0), (0, 3), (1, 0), (1, 2)]);
+        // A data manifest that was not read hides live paths: nothing is dropped.
+        let case = Case::new(
+            vec![deletes(), data(0)],
+            vec![(0, vec![position_delete("p-a", "a", "a")])],
+        );
+        let input = PlanInput {
+            manifests: &case.manifests,
+            loaded: &case.loaded,
+            removed: &case.removed,
+            added: &case.added,
+            policy: case.policy,
+        };
+        assert!(live_data_paths(&input).is_none());
     }
 
     #[test]
@@ -481,7 +656,7 @@ mod tests {
         assert!(manifests_to_load(&manifests, ManifestPolicy::Merging, false).is_empty());
         assert_eq!(
             manifests_to_load(&manifests, ManifestPolicy::Merging, true),
-            vec![0, 3]
+            vec![0, 1, 3]
         );
         // An append reads the live data manifests to refuse duplicates.
         assert_eq!(

@@ -5,10 +5,10 @@
 //! caller's.
 //!
 //! Adding an action: describe the change as [`SnapshotChanges`] and map the
-//! [`Outcome`]. A row-delta (merge-on-read) adds a field of added delete
-//! files, written by `manifests::write_manifest` into a delete manifest
-//! (`build_v2_deletes` / `build_v3_deletes`) and counted by the summary's
-//! collector, with operation `overwrite` (`delete` when it only deletes). A
+//! [`Outcome`]. The row delta (`row_delta.rs`, merge-on-read) adds delete
+//! files: each takes the partition of the data file it references
+//! (`delete_files.rs`), they are written into delete manifests (one per
+//! partition spec) and counted by the summary's collector. A
 //! replace (compaction) is the overwrite's changes with operation `replace`
 //! and the action's own check that the rows are the same. A metadata-only
 //! action (expire, rollback, ALTER) skips the manifests: it builds its new
@@ -20,21 +20,22 @@
 //! what was committed since against the statement's `CommitContext`
 //! (`overwrite.rs`); a row delta validates with its `deletes_added_for`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result};
 use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataContentType, DataFile, Manifest, ManifestFile, Operation, PartitionSpecRef, Struct,
-    StructType, TableMetadata,
+    DataContentType, DataFile, Manifest, ManifestContentType, ManifestFile, Operation,
+    PartitionSpecRef, Struct, StructType, TableMetadata,
 };
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::catalog_swap::{current_metadata_location, swap_metadata_location};
+use super::delete_files::place_delete_files;
 use super::manifest_list::write_manifest_list;
-use super::manifests::{read_manifest_list, write_manifest, NewEntry};
+use super::manifests::{read_manifest_list, write_manifest, write_manifest_of, NewEntry};
 use super::metadata::write_metadata;
 use super::plan::{
     manifests_to_load, plan_manifests, Decision, EntryView, Fate, ManifestPlan, ManifestPolicy,
@@ -50,6 +51,9 @@ pub(crate) struct SnapshotChanges {
     pub operation: Operation,
     /// New data files (status `Added`), in the table's default spec.
     pub added: Vec<DataFile>,
+    /// New position delete files (status `Added`), each referencing a data
+    /// file live in the base; their partitions are set from it.
+    pub added_deletes: Vec<DataFile>,
     /// Paths of data files to remove; each must be live in the base.
     pub removed: HashSet<String>,
     /// Extra summary properties; the computed ones win.
@@ -84,7 +88,7 @@ pub(crate) async fn produce(
 ) -> Result<Outcome> {
     let ident = base.identifier();
     validate(ident, &changes)?;
-    if changes.added.is_empty() && changes.removed.is_empty() {
+    if changes.added.is_empty() && changes.removed.is_empty() && changes.added_deletes.is_empty() {
         return Ok(Outcome::NothingToCommit);
     }
     let expected = base
@@ -120,6 +124,12 @@ fn validate(ident: &TableIdent, changes: &SnapshotChanges) -> Result<()> {
                 "cannot commit to {ident}: data file '{path}' is added twice"
             )));
         }
+    }
+    if !changes.added_deletes.is_empty() && changes.operation == Operation::Append {
+        return Err(invalid_input(format!(
+            "cannot commit to {ident}: an append cannot add delete files ({} added)",
+            changes.added_deletes.len()
+        )));
     }
     if !changes.removed.is_empty() && changes.operation == Operation::Append {
         return Err(invalid_input(format!(
@@ -175,14 +185,25 @@ async fn write_snapshot(
     let SnapshotChanges {
         operation,
         added,
+        added_deletes,
         properties,
         policy,
         ..
     } = changes;
+    let default_spec = metadata.default_partition_spec_id();
+    let added_deletes =
+        place_delete_files(&ident, added_deletes, default_spec, data_manifests(&loaded))?;
     let removed = removed_files(&plan, &loaded);
-    let summary = snapshot_summary(metadata, operation, properties, &added, removed);
-    let manifests =
-        write_new_manifests(staging, metadata, &added, base_list, &loaded, &plan, policy).await?;
+    let counted: Vec<DataFile> = added
+        .iter()
+        .chain(added_deletes.values().flatten())
+        .cloned()
+        .collect();
+    let summary = snapshot_summary(metadata, operation, properties, &counted, removed);
+    let mut manifests = write_delete_manifests(staging, metadata, &added_deletes).await?;
+    manifests.extend(
+        write_new_manifests(staging, metadata, &added, base_list, &loaded, &plan, policy).await?,
+    );
     let list = write_manifest_list(staging, metadata, manifests).await?;
     write_metadata(staging, metadata, expected, list, summary).await
 }
@@ -234,7 +255,10 @@ async fn load_base_manifests(
     changes: &SnapshotChanges,
 ) -> Result<HashMap<usize, Manifest>> {
     let views = manifest_views(metadata, base_list);
-    let to_load = manifests_to_load(&views, changes.policy, !changes.removed.is_empty());
+    // Removed files are looked up, and so are the data files added delete
+    // files reference.
+    let reading = !changes.removed.is_empty() || !changes.added_deletes.is_empty();
+    let to_load = manifests_to_load(&views, changes.policy, reading);
     let manifests = load_manifests(file_io, to_load.iter().map(|&i| &base_list[i]))
         .await
         .map_err(|e| io_error(format!("commit to {ident}: {e}")))?;
@@ -247,6 +271,37 @@ fn manifest_views(metadata: &TableMetadata, base_list: &[ManifestFile]) -> Vec<M
         .iter()
         .map(|m| ManifestView::of(m, format_version))
         .collect()
+}
+
+/// The loaded data manifests.
+fn data_manifests(loaded: &HashMap<usize, Manifest>) -> impl Iterator<Item = &Manifest> {
+    loaded
+        .values()
+        .filter(|m| m.metadata().content() == &ManifestContentType::Data)
+}
+
+/// Writes the added delete files (by partition spec id) into new delete
+/// manifests, one per spec.
+async fn write_delete_manifests(
+    staging: &mut Staging,
+    metadata: &TableMetadata,
+    by_spec: &BTreeMap<i32, Vec<DataFile>>,
+) -> Result<Vec<ManifestFile>> {
+    let mut manifests = vec![];
+    for (&spec_id, files) in by_spec {
+        let spec = metadata.partition_spec_by_id(spec_id).ok_or_else(|| {
+            internal(format!(
+                "commit to {}: no partition spec {spec_id}",
+                staging.ident
+            ))
+        })?;
+        let schema = metadata.current_schema().clone();
+        let entries = files.iter().map(NewEntry::Added);
+        let content = ManifestContentType::Deletes;
+        let spec = spec.as_ref().clone();
+        manifests.push(write_manifest_of(staging, content, schema, spec, entries).await?);
+    }
+    Ok(manifests)
 }
 
 /// Decides every base manifest (see `plan.rs`).
@@ -376,8 +431,8 @@ async fn write_new_manifests(
     })
 }
 
-/// A base manifest rewritten with survivors `Existing` and removed entries
-/// `Deleted`.
+/// A base manifest (of data or delete files) rewritten with survivors
+/// `Existing` and removed entries `Deleted`.
 async fn rewrite(
     staging: &mut Staging,
     original: &ManifestFile,
@@ -396,7 +451,7 @@ async fn rewrite(
             Fate::Deleted => NewEntry::Deleted(entry),
         }
     });
-    write_manifest(staging, schema, spec, entries).await
+    write_manifest_of(staging, original.content, schema, spec, entries).await
 }
 
 /// Swaps `row` to the staged metadata file. On a lost race or a failed swap

@@ -27,6 +27,7 @@ use datafusion::logical_expr::{Expr, LogicalPlan};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{col, lit, SessionContext};
 use iceberg::expr::Predicate;
+use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
@@ -221,33 +222,35 @@ pub(super) fn with_target_provider(
 }
 
 /// What the plan's row-id scan of the target reads.
-pub(super) struct TargetFiles {
-    /// The record count of every data file it reads.
-    pub rows: HashMap<String, u64>,
+pub(super) struct ScannedTargets {
+    /// The record count and delete files of every data file it reads.
+    pub files: TargetFiles,
     /// How many data files it pruned.
     pub pruned: u64,
     /// The predicate that pruned them (None: nothing pruned by predicate).
     pub pruned_by: Option<Predicate>,
 }
 
-/// The files the plan's row-id scan of the target reads and what pruned
-/// the others.
-pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> TargetFiles {
-    let mut files = TargetFiles {
-        rows: HashMap::new(),
-        pruned: 0,
-        pruned_by: None,
-    };
+/// The files the plan's row-id scan of the target reads (with their record
+/// counts and delete files) and what pruned the others.
+pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
+    let mut rows = HashMap::new();
+    let mut deletes = HashMap::new();
+    let mut pruned = 0;
+    let mut pruned_by = None;
     let mut scans = 0;
     let _ = plan.apply(|node| {
         if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
             if scan.row_ids {
                 scans += 1;
-                files.pruned += scan.files_pruned;
-                files.pruned_by = scan.pruned_by.clone();
+                pruned += scan.files_pruned;
+                pruned_by = scan.pruned_by.clone();
                 for task in scan.groups.iter().flatten() {
                     if let Some(n) = task.record_count {
-                        files.rows.insert(task.data_file_path.clone(), n);
+                        rows.insert(task.data_file_path.clone(), n);
+                    }
+                    if !task.deletes.is_empty() {
+                        deletes.insert(task.data_file_path.clone(), task.deletes.clone());
                     }
                 }
             }
@@ -256,9 +259,16 @@ pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> TargetFiles {
     });
     if scans != 1 {
         // Not one scan with one predicate: depend on the whole table.
-        files.pruned_by = None;
+        pruned_by = None;
     }
-    files
+    ScannedTargets {
+        files: TargetFiles {
+            rows: Arc::new(rows),
+            deletes: Arc::new(deletes),
+        },
+        pruned,
+        pruned_by,
+    }
 }
 
 #[cfg(test)]

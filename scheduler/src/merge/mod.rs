@@ -12,11 +12,13 @@
 //!   equalities, the rest as join filter) and the classification projection
 //!   (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
-//!   `CopyOnWriteWriterExec` per partition, which also fails the statement on
-//!   a duplicate match;
+//!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
+//!   the table's `write.merge.mode` is `merge-on-read`; either also fails
+//!   the statement on a duplicate match;
 //! - E: commit — here, after the job: `append` when the merge only inserted,
-//!   otherwise an `overwrite` snapshot; the pointer swap is a compare-and-swap
-//!   (`outcome`, over `crate::commit`).
+//!   otherwise an `overwrite` snapshot (copy-on-write) or a row delta
+//!   (merge-on-read); the pointer swap is a compare-and-swap (`outcome`,
+//!   over `crate::commit`).
 //!
 //! Plan-time checks are in `checks`, the spread of inserted rows over
 //! writers in `insert_routes`.
@@ -34,17 +36,19 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
+use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
 use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;
+use icemerge_planner::write_mode::{mode_of, WriteMode, MERGE_MODE};
 use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
 use crate::commit::{ConflictFilter, IsolationLevel, MERGE_ISOLATION_LEVEL};
 use checks::{check_assignment_types, check_join_keys, explain_bind_error};
 use dynamic_pruning::{
-    is_volatile, join_source, probe_source_keys, target_files, with_target_provider, TargetFiles,
-    DISTINCT_LIMIT,
+    is_volatile, join_source, probe_source_keys, target_files, with_target_provider,
+    ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
 
@@ -88,6 +92,13 @@ pub async fn plan_merge(
         MERGE_ISOLATION_LEVEL,
         &table_name,
     )?;
+    let metadata = base.metadata();
+    let mode = mode_of(
+        &table_name,
+        metadata.properties(),
+        MERGE_MODE,
+        metadata.format_version(),
+    )?;
     let provider =
         IcebergTableProvider::try_new(table_name.clone(), base.clone(), file_io_props.clone())?
             .with_row_ids();
@@ -130,8 +141,8 @@ pub async fn plan_merge(
     .await;
     ctx.deregister_table(relation.as_str())?;
     let (classified, deterministic_source) = planned?;
-    let TargetFiles {
-        rows: file_rows,
+    let ScannedTargets {
+        files: targets,
         pruned: files_pruned,
         pruned_by,
     } = target_files(&classified);
@@ -151,16 +162,25 @@ pub async fn plan_merge(
         ),
     )?);
     let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
-    let writer = Arc::new(
-        CopyOnWriteWriterExec::new(
+    let writer: Arc<dyn ExecutionPlan> = match mode {
+        WriteMode::CopyOnWrite => Arc::new(
+            CopyOnWriteWriterExec::new(
+                table_name.clone(),
+                base.metadata_ref(),
+                file_io_props,
+                write_id.clone(),
+                exchange,
+            )
+            .with_targets(targets),
+        ),
+        WriteMode::MergeOnRead => Arc::new(MergeOnReadWriterExec::new(
             table_name.clone(),
             base.metadata_ref(),
             file_io_props,
             write_id.clone(),
             exchange,
-        )
-        .with_file_rows(Arc::new(file_rows)),
-    );
+        )),
+    };
     Ok(PlannedMerge {
         bound,
         base,

@@ -1,13 +1,14 @@
 //! What a merge did, read from its writers' commit fragments, and what
 //! becomes of it: committed as one snapshot (`append` when it only
-//! inserted, otherwise `overwrite`), and the statement's files that the
-//! commit does not keep deleted.
+//! inserted; otherwise an `overwrite` in copy-on-write mode, a row delta —
+//! `overwrite`, or `delete` when it only deleted — in merge-on-read mode),
+//! and the statement's files that the commit does not keep deleted.
 
 use std::collections::{BTreeMap, HashSet};
 
 use arrow::record_batch::RecordBatch;
 use datafusion::error::Result;
-use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
+use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation, StructType};
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{
     data_location, delete_files_with_prefix_except, delete_files_with_prefix_now_and_later,
@@ -17,7 +18,10 @@ use icemerge_proto::fragment::{self, Fragment};
 
 use super::PlannedMerge;
 use crate::catalog::OpenCatalog;
-use crate::commit::{commit_overwrite, CommitContext, CommitOutcome, OverwriteCommit};
+use crate::commit::{
+    commit_overwrite, commit_row_delta, CommitContext, CommitOutcome, OverwriteCommit,
+    RowDeltaCommit,
+};
 use icemerge_proto::error::internal;
 
 /// What a MERGE did.
@@ -25,6 +29,8 @@ use icemerge_proto::error::internal;
 pub struct MergeOutcome {
     pub stats: BTreeMap<String, u64>,
     pub added: Vec<DataFile>,
+    /// Position delete files (merge-on-read), without their partitions yet.
+    pub added_deletes: Vec<DataFile>,
     pub removed: Vec<String>,
     /// Compare-and-swaps of the catalog row its commit took (0: nothing
     /// to commit; more than 1: it was rebased onto other writers' commits).
@@ -57,6 +63,17 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
                     )
                     .map_err(iceberg_err)?,
                 ),
+                Fragment::AddedDeleteFile {
+                    delete_file_json, ..
+                } => outcome.added_deletes.push(
+                    deserialize_data_file_from_json(
+                        &delete_file_json,
+                        spec.spec_id(),
+                        &StructType::new(vec![]),
+                        metadata.current_schema(),
+                    )
+                    .map_err(iceberg_err)?,
+                ),
                 Fragment::RemovedFile { path } => {
                     if !removed.insert(path.clone()) {
                         return Err(internal(format!(
@@ -77,6 +94,10 @@ pub fn collect_fragments(base: &Table, batches: &[RecordBatch]) -> Result<MergeO
     outcome
         .stats
         .insert("files_removed".into(), outcome.removed.len() as u64);
+    outcome.stats.insert(
+        "delete_files_added".into(),
+        outcome.added_deletes.len() as u64,
+    );
     Ok(outcome)
 }
 
@@ -88,12 +109,28 @@ pub async fn commit_merge(
     planned: &PlannedMerge,
     outcome: &MergeOutcome,
 ) -> Result<CommitOutcome> {
-    if outcome.added.is_empty() && outcome.removed.is_empty() {
+    if outcome.added.is_empty() && outcome.removed.is_empty() && outcome.added_deletes.is_empty() {
         return Ok(CommitOutcome::NothingToCommit);
     }
     let mut summary = std::collections::HashMap::new();
     for (k, v) in &outcome.stats {
         summary.insert(format!("icemerge.{k}"), v.to_string());
+    }
+    let context = CommitContext::copy_on_write(
+        planned.base.metadata().current_snapshot_id(),
+        planned.isolation,
+        planned.conflict_filter.clone(),
+    );
+    if !outcome.added_deletes.is_empty() {
+        if !outcome.removed.is_empty() {
+            return Err(internal("MERGE: a merge-on-read writer removed data files"));
+        }
+        let commit = RowDeltaCommit {
+            added: outcome.added.clone(),
+            added_deletes: outcome.added_deletes.clone(),
+            summary,
+        };
+        return commit_row_delta(catalog, &planned.base, commit, &context).await;
     }
     let operation = if outcome.removed.is_empty() {
         Operation::Append
@@ -106,17 +143,13 @@ pub async fn commit_merge(
         summary,
         operation,
     };
-    let context = CommitContext::copy_on_write(
-        planned.base.metadata().current_snapshot_id(),
-        planned.isolation,
-        planned.conflict_filter.clone(),
-    );
     commit_overwrite(catalog, &planned.base, commit, &context).await
 }
 
 /// Deletes the files of this merge that are not part of the commit: those
-/// of discarded task attempts after a success.
-pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
+/// of discarded task attempts after a success (`keep`: the committed data
+/// and delete files).
+pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[&DataFile]) -> usize {
     let location = data_location(planned.base.metadata());
     let keep: Vec<&str> = keep.iter().map(|f| f.file_path()).collect();
     delete_files_with_prefix_except(&location, &planned.write_id, &keep)

@@ -16,6 +16,7 @@ use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::ddl::{self, CreateTable};
+use icemerge_planner::write_mode::validate_modes;
 
 use crate::commit::check_isolation_properties;
 
@@ -158,6 +159,7 @@ impl Session {
             ))
         })?;
         check_isolation_properties(&properties, &ident.to_string())?;
+        validate_modes(&ident.to_string(), &properties, format_version)?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)

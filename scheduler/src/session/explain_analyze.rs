@@ -35,7 +35,7 @@ pub(super) fn render_analyze(
     }
     let _ = writeln!(
         text,
-        "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
+        "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
         outcome.stat("rows_updated"),
         outcome.stat("rows_deleted"),
         outcome.stat("rows_inserted"),
@@ -45,6 +45,7 @@ pub(super) fn render_analyze(
         metrics.get("files_rewritten"),
         outcome.stat("files_removed"),
         outcome.stat("files_added"),
+        outcome.stat("delete_files_added"),
         outcome.stat("bytes_read"),
         outcome.stat("bytes_written"),
         outcome.commit_attempts,

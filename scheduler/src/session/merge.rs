@@ -74,7 +74,8 @@ impl Session {
             }
         };
         outcome.reexecutions = reexecutions as u64;
-        discard_uncommitted(&planned, &outcome.added);
+        let committed: Vec<_> = outcome.added.iter().chain(&outcome.added_deletes).collect();
+        discard_uncommitted(&planned, &committed);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
         if explain == Some(ExplainMerge::Analyze) {
             let stages = explain::stages(&planned.plan, true);

@@ -1,0 +1,97 @@
+//! Reading one data file's live rows in file order, each with its ORIGINAL
+//! position in the file (0-based, as Iceberg position deletes count): the
+//! read MERGE's row-id scan and the copy-on-write rewrite share.
+//!
+//! iceberg's Arrow reader reads the file whole (no row-group or row
+//! filtering, so positions are counted exactly) with the delete files taken
+//! off its task; the deletes (`crate::deletes`) are applied here, after
+//! positions are known. Columns compared by equality deletes are read too
+//! and dropped again.
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::compute::filter;
+use datafusion::error::Result;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::io::FileIO;
+use iceberg::scan::FileScanTask;
+use iceberg::Runtime;
+
+use crate::deletes::DataFileDeletes;
+use crate::iceberg_err;
+
+/// A batch of live rows and their positions in the data file.
+pub struct LiveBatch {
+    /// The task's projected columns, as the file stores them.
+    pub batch: RecordBatch,
+    /// One per row, increasing.
+    pub positions: Int64Array,
+}
+
+/// The live rows of `task`'s data file (its projected columns), given the
+/// `deletes` that apply to it. `task.deletes` and `task.predicate` are not
+/// used: every row is read and only `deletes` remove rows.
+pub fn read_live_rows(
+    file_io: FileIO,
+    mut task: FileScanTask,
+    deletes: DataFileDeletes,
+    batch_size: usize,
+) -> Result<BoxStream<'static, Result<LiveBatch>>> {
+    let projected = task.project_field_ids.len();
+    let mut positions_of_extra = vec![];
+    for id in deletes.equality_field_ids() {
+        match task.project_field_ids.iter().position(|&p| p == id) {
+            Some(i) => positions_of_extra.push((id, i)),
+            None => {
+                positions_of_extra.push((id, task.project_field_ids.len()));
+                task.project_field_ids.push(id);
+            }
+        }
+    }
+    task.deletes = vec![];
+    task.predicate = None;
+    let reader = ArrowReaderBuilder::new(file_io, Runtime::try_current().map_err(iceberg_err)?)
+        .with_batch_size(batch_size)
+        .with_data_file_concurrency_limit(1)
+        .with_row_group_filtering_enabled(false)
+        .with_row_selection_enabled(false)
+        .build();
+    let batches = reader
+        .read(futures::stream::iter([Ok(task)]).boxed())
+        .map_err(iceberg_err)?
+        .stream();
+    let mut start: i64 = 0;
+    let keep: Vec<usize> = (0..projected).collect();
+    Ok(batches
+        .map(move |batch| {
+            let batch = batch.map_err(iceberg_err)?;
+            let rows = batch.num_rows();
+            let positions = Int64Array::from_iter_values(start..start + rows as i64);
+            let column = |id: i32| -> Option<ArrayRef> {
+                positions_of_extra
+                    .iter()
+                    .find(|(f, _)| *f == id)
+                    .map(|(_, i)| batch.column(*i).clone())
+            };
+            let live = deletes.live(start, rows, &column)?;
+            start += rows as i64;
+            let batch = batch.project(&keep)?;
+            Ok(match live {
+                None => LiveBatch { batch, positions },
+                Some(mask) => LiveBatch {
+                    batch: arrow::compute::filter_record_batch(&batch, &mask)?,
+                    positions: filter(&positions, &mask)?
+                        .as_any()
+                        .downcast_ref::<Int64Array>()
+                        .expect("filtered Int64Array")
+                        .clone(),
+                },
+            })
+        })
+        .filter(|b| {
+            // Batches whose every row was deleted carry nothing.
+            futures::future::ready(!matches!(b, Ok(b) if b.batch.num_rows() == 0))
+        })
+        .boxed())
+}

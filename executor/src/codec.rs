@@ -14,12 +14,14 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use iceberg::scan::FileScanTask;
 use icemerge_proto::{
-    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, WriteNode,
+    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, StageProbeNode,
+    WriteNode,
 };
 use prost::Message;
 
 use crate::merge_writer::CopyOnWriteWriterExec;
 use crate::scan_exec::IcebergScanExec;
+use crate::stage_probe::StageProbeExec;
 use crate::write_exec::IcebergWriteExec;
 use icemerge_proto::error::internal;
 
@@ -125,6 +127,13 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                         .with_file_rows(Arc::new(file_rows)),
                 ))
             }
+            Some(Node::StageProbe(probe)) => {
+                let input = inputs
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| internal("stage probe without input"))?;
+                Ok(Arc::new(StageProbeExec::new(probe.stage as usize, input)))
+            }
             None => Err(internal("empty icemerge plan node")),
         }
     }
@@ -177,6 +186,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 }),
                 write_id: write.write_id.clone(),
                 file_rows: write.file_rows.as_ref().clone(),
+            })
+        } else if let Some(probe) = node.as_any().downcast_ref::<StageProbeExec>() {
+            Node::StageProbe(StageProbeNode {
+                stage: probe.stage as u64,
             })
         } else {
             return self.fallback.try_encode(node, buf);

@@ -4,6 +4,8 @@
 //! - `scan_exec`: `IcebergScanExec`, also MERGE's target scan with row ids;
 //! - `write_exec`: `IcebergWriteExec` (INSERT) and the table file writer;
 //! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D);
+//! - `stage_probe`: `StageProbeExec`, the top of a stage, measuring it;
+//! - `task_figures`: a Ballista task's shuffle output and times;
 //! - `codec`: `IcemergePhysicalCodec`, how these operators cross the wire;
 //! - `file_io`: warehouse access from shipped FileIO properties;
 //! - `cleanup`: removal of uncommitted files;
@@ -15,6 +17,8 @@ pub mod file_io;
 pub mod merge_writer;
 pub mod process;
 pub mod scan_exec;
+pub mod stage_probe;
+pub mod task_figures;
 pub mod write_exec;
 
 use datafusion::error::DataFusionError;

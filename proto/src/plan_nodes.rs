@@ -9,7 +9,7 @@ use std::collections::HashMap;
 /// Envelope for every icemerge physical operator that crosses the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PhysicalNode {
-    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3")]
+    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4")]
     pub node: Option<physical_node::Node>,
 }
 
@@ -24,6 +24,9 @@ pub mod physical_node {
         /// `CopyOnWriteWriterExec` (MERGE's writer), same fields as a write.
         #[prost(message, tag = "3")]
         MergeWrite(super::WriteNode),
+        /// `StageProbeExec`: the top of a stage of the stage graph.
+        #[prost(message, tag = "4")]
+        StageProbe(super::StageProbeNode),
     }
 }
 
@@ -89,4 +92,12 @@ pub struct WriteNode {
     /// reads, so that a file whose every row is deleted is dropped unread.
     #[prost(map = "string, uint64", tag = "5")]
     pub file_rows: HashMap<String, u64>,
+}
+
+/// `StageProbeExec`: measures the stage it tops (its input is the stage).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StageProbeNode {
+    /// The stage's id in the statement's stage graph.
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
 }

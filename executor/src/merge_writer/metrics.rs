@@ -13,6 +13,8 @@ pub(super) struct WriterMetrics {
     pub files_rewritten: Count,
     pub files_removed: Count,
     pub files_added: Count,
+    /// Data files opened for a rewrite.
+    pub files_read: Count,
     pub bytes_read: Count,
     pub bytes_written: Count,
 }
@@ -28,6 +30,7 @@ impl WriterMetrics {
             files_rewritten: c("files_rewritten"),
             files_removed: c("files_removed"),
             files_added: c("files_added"),
+            files_read: c("files_read"),
             bytes_read: c("bytes_read"),
             bytes_written: c("bytes_written"),
         }

@@ -5,12 +5,14 @@
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{Merge, TableFactor};
 use icemerge_executor::iceberg_err;
-use icemerge_planner::explain;
+use icemerge_executor::stage_probe::measure_thread_cpu;
+use icemerge_planner::explain::{stage_graph, ExplainDocument};
 use icemerge_planner::merge::ExplainMerge;
 
+use crate::engine::now_nanos;
 use crate::merge::{collect_fragments, commit_merge, discard_uncommitted, plan_merge};
 
-use super::explain_analyze::render_analyze;
+use super::explain_analyze::{analyzed_merge, render_explain, CommitRun};
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{invalid_input, not_found};
 
@@ -21,6 +23,7 @@ impl Session {
         merge: Merge,
         explain: Option<ExplainMerge>,
     ) -> Result<StatementOutput> {
+        let started = now_nanos();
         let target = match &merge.table {
             TableFactor::Table { name, .. } => self.object_ident(name)?,
             other => {
@@ -48,29 +51,34 @@ impl Session {
             writers,
         )
         .await?;
-        let stages = explain::stages(&planned.plan, true);
-        match explain {
-            Some(ExplainMerge::Text) => {
-                return Ok(StatementOutput::text(
-                    "plan",
-                    &explain::render_text(&stages),
-                ))
-            }
-            Some(ExplainMerge::Dot) => {
-                return Ok(StatementOutput::text("plan", &explain::render_dot(&stages)))
-            }
-            _ => {}
+        let graph = stage_graph(&planned.plan, true)?;
+        if let Some(mode) = explain.filter(|e| !e.analyze) {
+            let document = ExplainDocument::plan("merge", self.engine_name(), &graph.stages);
+            return Ok(render_explain(&document, mode.format, ""));
         }
-        let started = std::time::Instant::now();
+        let planned_at = now_nanos();
         let result = async {
-            let batches = self.run_plan(planned.plan.clone()).await?;
+            let batches = self.run_plan(&graph, "merge").await?;
             let outcome = collect_fragments(&planned.base, &batches)?;
-            commit_merge(&self.catalog, &self.catalog.uri, &planned, &outcome).await?;
-            Ok::<_, DataFusionError>(outcome)
+            let commit_started = now_nanos();
+            let (committed, cpu) = measure_thread_cpu(commit_merge(
+                &self.catalog,
+                &self.catalog.uri,
+                &planned,
+                &outcome,
+            ))
+            .await;
+            committed?;
+            let commit = CommitRun {
+                started: commit_started,
+                ended: now_nanos(),
+                cpu,
+            };
+            Ok::<_, DataFusionError>((outcome, commit))
         }
         .await;
-        let outcome = match result {
-            Ok(outcome) => outcome,
+        let (outcome, commit) = match result {
+            Ok(done) => done,
             Err(e) => {
                 discard_uncommitted(&planned, &[]);
                 return Err(e);
@@ -78,21 +86,31 @@ impl Session {
         };
         discard_uncommitted(&planned, &outcome.added);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
-        if explain == Some(ExplainMerge::Analyze) {
-            let tasks = match (self.engine.ledger(), self.last_job_id()) {
-                (Some(ledger), Some(job)) => Some(ledger.tasks_of(&job)),
-                _ => None,
-            };
-            let text = render_analyze(
-                &stages,
-                tasks,
-                &outcome,
+        let row = StatementOutput::merge(&outcome, files_scanned);
+        let document = self.last_run().map(|run| {
+            analyzed_merge(
+                run,
+                &row,
                 &self.last_metrics(),
                 planned.files_pruned,
-                started.elapsed(),
-            );
-            return Ok(StatementOutput::text("plan", &text));
+                (started, planned_at),
+                &commit,
+            )
+        });
+        if let Some(document) = &document {
+            *self.last_run.lock().expect("lock") = Some(Box::new(document.clone()));
         }
-        Ok(StatementOutput::merge(&outcome, files_scanned))
+        match (explain, document) {
+            (Some(mode), Some(document)) => {
+                let merge_line = super::explain_analyze::merge_line(
+                    &outcome,
+                    &self.last_metrics(),
+                    planned.files_pruned,
+                    &document,
+                );
+                Ok(render_explain(&document, mode.format, &merge_line))
+            }
+            _ => Ok(row),
+        }
     }
 }

@@ -1,11 +1,13 @@
 //! The catalog side of the coordinator: opening the Iceberg SQL catalog and
 //! its warehouse (`open`), the catalog as DataFusion's catalog of schemas and
 //! tables (`provider`), an Iceberg table as a DataFusion table pinned to one
-//! snapshot (`table`), pushed filters as Iceberg predicates
+//! snapshot (`table`), a snapshot's manifests read a few at a time
+//! (`manifests`), pushed filters as Iceberg predicates
 //! (`filter_pushdown`) and files outside the catalog as table sources
 //! (`table_functions`: `read_parquet`, `read_csv`).
 
 pub mod filter_pushdown;
+pub mod manifests;
 pub mod open;
 pub mod provider;
 pub mod system_tables;

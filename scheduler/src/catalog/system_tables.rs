@@ -28,7 +28,7 @@ use iceberg::spec::{
 };
 use iceberg::table::Table;
 
-use crate::commit::load_manifests;
+use super::manifests::load_manifests;
 use icemerge_proto::error::io_error;
 
 /// Map type produced by arrow's `MapBuilder` with default field names

@@ -1,75 +1,17 @@
-//! Reading a snapshot's manifests and writing new ones. Every manifest a
+//! Reading a snapshot's manifest list and writing new manifests. Every manifest a
 //! commit writes (added files, deleted-only, rewritten) goes through
 //! [`write_manifest`].
 
-use std::fmt;
-use std::future::Future;
-
 use datafusion::error::Result;
-use futures::{StreamExt, TryStreamExt};
-use iceberg::io::FileIO;
 use iceberg::spec::{
-    DataFile, FormatVersion, Manifest, ManifestEntry, ManifestFile, ManifestWriter,
-    ManifestWriterBuilder, PartitionSpec, SchemaRef, SnapshotRef,
+    DataFile, FormatVersion, ManifestEntry, ManifestFile, ManifestWriter, ManifestWriterBuilder,
+    PartitionSpec, SchemaRef, SnapshotRef,
 };
 use iceberg::table::Table;
 use iceberg::TableIdent;
 
 use super::staging::Staging;
 use icemerge_proto::error::{internal, unsupported};
-
-/// How many manifests are read at once.
-pub const MANIFEST_READ_CONCURRENCY: usize = 8;
-
-/// A manifest that could not be read.
-#[derive(Debug)]
-pub struct ManifestReadError {
-    pub manifest_path: String,
-    pub source: iceberg::Error,
-}
-
-impl fmt::Display for ManifestReadError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "reading manifest {}: {}",
-            self.manifest_path, self.source
-        )
-    }
-}
-
-impl std::error::Error for ManifestReadError {}
-
-/// Reads `manifests` (e.g. entries of a snapshot's manifest list), at most
-/// [`MANIFEST_READ_CONCURRENCY`] at a time; the result is in their order.
-pub fn load_manifests<'a>(
-    file_io: &'a FileIO,
-    manifests: impl IntoIterator<Item = &'a ManifestFile>,
-) -> impl Future<Output = std::result::Result<Vec<Manifest>, ManifestReadError>> + Send + 'a {
-    // The reads are built here, not in a stream closure: the returned
-    // future then holds no closure type and stays `Send` for the callers'
-    // spawned tasks.
-    let reads: Vec<_> = manifests
-        .into_iter()
-        .map(|manifest| load_manifest(file_io, manifest))
-        .collect();
-    futures::stream::iter(reads)
-        .buffered(MANIFEST_READ_CONCURRENCY)
-        .try_collect()
-}
-
-async fn load_manifest(
-    file_io: &FileIO,
-    manifest: &ManifestFile,
-) -> std::result::Result<Manifest, ManifestReadError> {
-    manifest
-        .load_manifest(file_io)
-        .await
-        .map_err(|source| ManifestReadError {
-            manifest_path: manifest.manifest_path.clone(),
-            source,
-        })
-}
 
 /// The manifest list of `snapshot` (empty without a snapshot).
 pub(crate) async fn read_manifest_list(

@@ -37,7 +37,7 @@ mod summary;
 #[cfg(test)]
 mod tests;
 
+pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
-pub use manifests::{load_manifests, ManifestReadError, MANIFEST_READ_CONCURRENCY};
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};

@@ -32,7 +32,7 @@ use iceberg::TableIdent;
 
 use super::catalog_swap::{current_metadata_location, swap_metadata_location};
 use super::manifest_list::write_manifest_list;
-use super::manifests::{load_manifests, read_manifest_list, write_manifest, NewEntry};
+use super::manifests::{read_manifest_list, write_manifest, NewEntry};
 use super::metadata::write_metadata;
 use super::plan::{
     manifests_to_load, plan_manifests, Decision, EntryView, Fate, ManifestPlan, ManifestPolicy,
@@ -40,6 +40,7 @@ use super::plan::{
 };
 use super::staging::{delete_files, Staging};
 use super::summary::{snapshot_summary, RemovedFile};
+use crate::catalog::manifests::load_manifests;
 use icemerge_proto::error::{internal, invalid_input, io_error, unsupported};
 
 /// What an action changes in the table's data files.

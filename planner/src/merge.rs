@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction, MergeClauseKind,
     MergeInsertKind, ObjectName, Statement, TableFactor,
@@ -145,10 +145,7 @@ pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> 
     if let Some(options) = options {
         match options.as_slice() {
             [format, name] if format == "FORMAT" => mode.format = ExplainFormat::parse(name)?,
-            _ => return Err(invalid_input(format!(
-                "EXPLAIN MERGE: unsupported option ({}); expected (FORMAT TEXT|GRAPHVIZ|JSON|SVG)",
-                options.join(" ")
-            ))),
+            _ => return Err(unsupported_explain_option(&options)),
         }
     }
     let start = significant[k];
@@ -156,6 +153,14 @@ pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> 
         mode,
         tokens[start..].iter().map(|t| t.to_string()).collect(),
     )))
+}
+
+/// The error for an EXPLAIN option list that is not one `FORMAT`.
+fn unsupported_explain_option(options: &[String]) -> DataFusionError {
+    invalid_input(format!(
+        "EXPLAIN MERGE: unsupported option ({}); expected (FORMAT TEXT|GRAPHVIZ|JSON|SVG)",
+        options.join(" ")
+    ))
 }
 
 /// Parses a `MERGE` statement (accepting `UPDATE SET *` and `INSERT *`).

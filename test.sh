@@ -6,7 +6,13 @@
 # - a throwaway PostgreSQL server on loopback for the Postgres catalog tests
 #   (tests/postgres.sh: installs Debian's postgresql if missing, exports
 #   ICEMERGE_TEST_POSTGRES_URI, stops and removes the server at exit; an
-#   ICEMERGE_TEST_POSTGRES_URI already set is used instead).
+#   ICEMERGE_TEST_POSTGRES_URI already set is used instead);
+# - Spark 3.5 with Iceberg 1.10 for the Spark interop tests
+#   (tests/spark/setup.sh: PySpark from PyPI, the Iceberg runtime jar,
+#   Debian's SQLite JDBC driver; cached in $ICEMERGE_SPARK_CACHE, default
+#   ${XDG_CACHE_HOME:-~/.cache}/icemerge-spark, so only the first run
+#   downloads), exported as ICEMERGE_SPARK_PYTHON / ICEMERGE_SPARK_JARS (an
+#   ICEMERGE_SPARK_PYTHON already set is used instead).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,5 +24,12 @@ fi
 export ICEMERGE_PYTHON="$PWD/.venv/bin/python"
 
 source tests/postgres.sh
+
+if [ -z "${ICEMERGE_SPARK_PYTHON:-}" ]; then
+  ICEMERGE_SPARK_CACHE="${ICEMERGE_SPARK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/icemerge-spark}"
+  tests/spark/setup.sh "$ICEMERGE_SPARK_CACHE"
+  export ICEMERGE_SPARK_PYTHON="$ICEMERGE_SPARK_CACHE/venv/bin/python"
+  export ICEMERGE_SPARK_JARS="$ICEMERGE_SPARK_CACHE/jars"
+fi
 
 cargo test --workspace --no-fail-fast "$@"

@@ -1,6 +1,6 @@
 //! The catalog and warehouse flags shared by `icemerge` and
-//! `icemerge-scheduler`: warehouse, catalog URI and the S3 settings of an
-//! `s3://` warehouse.
+//! `icemerge-scheduler`: warehouse, catalog URI and name, and the S3
+//! settings of an `s3://` warehouse.
 
 use std::path::PathBuf;
 
@@ -24,6 +24,17 @@ pub struct CatalogArgs {
     /// [default: sqlite://<warehouse>/catalog.db]
     #[arg(long, value_name = "URI", env = "ICEMERGE_CATALOG_URI")]
     pub catalog_uri: Option<String>,
+
+    /// Catalog name: the catalog_name of the catalog database's rows this
+    /// catalog reads and writes (Spark's JdbcCatalog writes the name of the
+    /// Spark catalog) and the first part of three-part table names.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "ICEMERGE_CATALOG_NAME",
+        default_value = icemerge_scheduler::DEFAULT_CATALOG_NAME
+    )]
+    pub catalog_name: String,
 
     /// Endpoint of an S3-compatible store for an s3:// warehouse, e.g.
     /// http://127.0.0.1:9000 [default: AWS S3]
@@ -68,6 +79,7 @@ impl CatalogArgs {
         CatalogOptions {
             warehouse: self.warehouse.clone(),
             catalog_uri: self.catalog_uri.clone(),
+            catalog_name: self.catalog_name.clone(),
             s3: S3Options {
                 endpoint: self.s3_endpoint.clone(),
                 region: self

@@ -261,6 +261,8 @@ mod tests {
             "3",
             "--format",
             "csv",
+            "--catalog-name",
+            "lake",
             "-q",
         ])
         .unwrap();
@@ -272,6 +274,7 @@ mod tests {
         assert_eq!(options.engine, EngineKind::Cluster);
         assert_eq!(options.executors, Some(3));
         assert_eq!(options.catalog.warehouse, PathBuf::from("/tmp/wh"));
+        assert_eq!(options.catalog.catalog_name, "lake");
     }
 
     #[test]

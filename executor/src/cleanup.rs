@@ -1,8 +1,11 @@
 //! Removing the files of a write that will not be committed: a failed task
 //! deletes its own files, a failed statement deletes every file carrying its
-//! write id. Data files are named `<write id>-<task>-<attempt>-...`.
+//! write id (after a failure on a cluster, again over the next half minute,
+//! for tasks the executors were still finishing). Data files are named
+//! `<write id>-<task>-<attempt>-...`.
 //!
-//! A local warehouse (`file://` or a bare path) is walked directory by
+//! A local warehouse (`file:///path`, `file:/path` as Hadoop and so Spark
+//! write it, or a bare absolute path) is walked directory by
 //! directory. An `s3://` warehouse is listed recursively and the matching
 //! objects are deleted through opendal's S3 service, with the S3 settings
 //! this process registered for the location ([`register_storage`]: the
@@ -34,6 +37,42 @@ pub fn data_location(metadata: &TableMetadata) -> String {
 /// Returns how many were deleted.
 pub fn delete_files_with_prefix(data_location: &str, prefix: &str) -> usize {
     delete_files_with_prefix_except(data_location, prefix, &[])
+}
+
+/// When a statement failed on a cluster, the delays after which its files
+/// are looked for again: a task that an executor was still running (or
+/// aborting) at the first pass may close a file after it.
+const LATE_SWEEPS: [Duration; 6] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+    Duration::from_secs(8),
+    Duration::from_secs(16),
+];
+
+/// As [`delete_files_with_prefix`], and again in the background at each of
+/// [`LATE_SWEEPS`] (about half a minute in all) when called inside a tokio
+/// runtime. For a failed statement whose tasks ran on executors that may
+/// still be finishing them. Returns how many files the first pass deleted.
+pub fn delete_files_with_prefix_now_and_later(data_location: &str, prefix: &str) -> usize {
+    let deleted = delete_files_with_prefix(data_location, prefix);
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        let (location, prefix) = (data_location.to_string(), prefix.to_string());
+        runtime.spawn(async move {
+            for delay in LATE_SWEEPS {
+                tokio::time::sleep(delay).await;
+                let (l, p) = (location.clone(), prefix.clone());
+                let late = tokio::task::spawn_blocking(move || delete_files_with_prefix(&l, &p))
+                    .await
+                    .unwrap_or(0);
+                if late > 0 {
+                    tracing::info!("removed {late} file(s) named '{prefix}*' written after the statement failed");
+                }
+            }
+        });
+    }
+    deleted
 }
 
 /// As [`delete_files_with_prefix`], sparing the files at the locations in
@@ -98,15 +137,24 @@ fn delete_local(root: &Path, prefix: &str, keep: &[&str]) -> usize {
     deleted
 }
 
-/// The local path of a `file://` (or bare) location.
+/// The local path of a local location: `file:///path`, `file:/path` (one
+/// slash: Hadoop's spelling, which Spark and other Java engines write),
+/// `file://localhost/path`, or a bare absolute path. `None` for any other
+/// location (another scheme, a host other than localhost, a relative path).
 pub fn local_path(location: &str) -> Option<&Path> {
-    if let Some(rest) = location.strip_prefix("file://") {
-        Some(Path::new(rest))
-    } else if location.starts_with('/') {
-        Some(Path::new(location))
-    } else {
-        None
-    }
+    let path = match location.strip_prefix("file:") {
+        None => location,
+        Some(rest) => match rest.strip_prefix("//") {
+            // file://AUTHORITY/path: an empty authority or localhost
+            Some(after) => match after.find('/') {
+                Some(0) => after,
+                Some(at) if &after[..at] == "localhost" => &after[at..],
+                _ => return None,
+            },
+            None => rest,
+        },
+    };
+    path.starts_with('/').then(|| Path::new(path))
 }
 
 fn is_s3(location: &str) -> bool {
@@ -258,6 +306,63 @@ fn run_blocking<T: Send>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn local_locations() {
+        let local = |l: &str| local_path(l).map(|p| p.to_str().unwrap().to_string());
+        assert_eq!(local("file:///wh/t/data").as_deref(), Some("/wh/t/data"));
+        assert_eq!(local("file:/wh/t/data").as_deref(), Some("/wh/t/data"));
+        assert_eq!(local("file://localhost/wh/t").as_deref(), Some("/wh/t"));
+        assert_eq!(local("/wh/t").as_deref(), Some("/wh/t"));
+        assert_eq!(local("file://host/wh/t"), None);
+        assert_eq!(local("file:wh/t"), None);
+        assert_eq!(local("wh/t"), None);
+        assert_eq!(local("s3://b/wh"), None);
+    }
+
+    #[test]
+    fn removes_files_of_either_local_spelling() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(data.join("p=1")).unwrap();
+        for name in [
+            "w1-a.parquet",
+            "p=1/w1-b.parquet",
+            "p=1/w1-keep.parquet",
+            "w2-c.parquet",
+        ] {
+            std::fs::write(data.join(name), b"x").unwrap();
+        }
+        let keep = format!("file:{}/p=1/w1-keep.parquet", data.display());
+        let one_slash = format!("file:{}", data.display());
+        assert_eq!(
+            delete_files_with_prefix_except(&one_slash, "w1-", &[&keep]),
+            2
+        );
+        assert!(data.join("p=1/w1-keep.parquet").exists());
+        let three_slashes = format!("file://{}", data.display());
+        assert_eq!(delete_files_with_prefix(&three_slashes, "w2-"), 1);
+        assert!(!data.join("w2-c.parquet").exists());
+    }
+
+    #[tokio::test]
+    async fn a_file_closed_after_the_first_pass_is_removed_by_a_later_one() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let data = dir.path().join("data");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("w3-early.parquet"), b"x").unwrap();
+        std::fs::write(data.join("w4-other.parquet"), b"x").unwrap();
+        let location = data.display().to_string();
+        assert_eq!(delete_files_with_prefix_now_and_later(&location, "w3-"), 1);
+        // A task that was still running writes its file after the first pass.
+        std::fs::write(data.join("w3-late.parquet"), b"x").unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while data.join("w3-late.parquet").exists() {
+            assert!(std::time::Instant::now() < deadline, "late file stayed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(data.join("w4-other.parquet").exists());
+    }
 
     #[test]
     fn settings_by_longest_prefix() {

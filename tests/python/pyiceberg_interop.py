@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """PyIceberg side of icemerge's interop tests.
 
-Opens the same SQLite catalog icemerge uses (catalog name "icemerge",
-database <warehouse>/catalog.db) and either reads a table back as JSON rows
-or creates and appends to a table for icemerge to read.
+Opens the same SQLite catalog icemerge uses (catalog name "icemerge" unless
+--catalog-name says otherwise, database <warehouse>/catalog.db) and either
+reads a table back as JSON rows or creates and appends to a table for
+icemerge to read.
 
-  read   --warehouse W --table ns.t            prints {"rows": [...], "snapshots": N}
+  read   --warehouse W --table ns.t            prints {"rows": [...], "snapshots": N,
+                                                "format_version": V}
   create --warehouse W --table ns.t            creates ns.t (id long, name string,
                                                 amount decimal(10,2), day date) and
                                                 appends two batches
@@ -20,10 +22,10 @@ import pyarrow as pa
 from pyiceberg.catalog.sql import SqlCatalog
 
 
-def catalog(warehouse):
+def catalog(warehouse, name="icemerge"):
     warehouse = os.path.abspath(warehouse)
     return SqlCatalog(
-        "icemerge",
+        name,
         uri=f"sqlite:///{warehouse}/catalog.db",
         warehouse=f"file://{warehouse}",
     )
@@ -38,10 +40,11 @@ def jsonable(v):
 
 
 def read(args):
-    table = catalog(args.warehouse).load_table(args.table)
+    table = catalog(args.warehouse, args.catalog_name).load_table(args.table)
     rows = table.scan().to_arrow().to_pylist()
     rows = [{k: jsonable(v) for k, v in r.items()} for r in rows]
-    print(json.dumps({"rows": rows, "snapshots": len(table.metadata.snapshots)}, sort_keys=True))
+    print(json.dumps({"rows": rows, "snapshots": len(table.metadata.snapshots),
+                      "format_version": table.metadata.format_version}, sort_keys=True))
 
 
 def create(args):
@@ -71,5 +74,6 @@ if __name__ == "__main__":
     ap.add_argument("action", choices=["read", "create"])
     ap.add_argument("--warehouse", required=True)
     ap.add_argument("--table", required=True)
+    ap.add_argument("--catalog-name", default="icemerge")
     a = ap.parse_args()
     {"read": read, "create": create}[a.action](a)

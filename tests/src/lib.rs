@@ -281,3 +281,112 @@ pub fn run_python(script: &str, args: &[&str]) -> serde_json::Value {
     let last = stdout.lines().last().unwrap_or_default();
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{script}: bad JSON {last:?}: {e}"))
 }
+
+/// The Spark 3.5 + Iceberg 1.10 runner of the Spark interop tests
+/// (`tests/spark/spark_sql.py`), as `./test.sh` sets it up
+/// (`tests/spark/setup.sh`): `$ICEMERGE_SPARK_PYTHON` is the Python of its
+/// venv (with PySpark) and `$ICEMERGE_SPARK_JARS` the directory of the
+/// Iceberg runtime and JDBC driver jars.
+pub struct Spark {
+    python: PathBuf,
+    jars: PathBuf,
+}
+
+/// The environment variables naming the Spark set-up.
+pub const SPARK_PYTHON_VAR: &str = "ICEMERGE_SPARK_PYTHON";
+pub const SPARK_JARS_VAR: &str = "ICEMERGE_SPARK_JARS";
+
+/// The Spark set-up, or `None` after printing that `test` is skipped when
+/// `$ICEMERGE_SPARK_PYTHON` is unset (e.g. under a plain `cargo test`).
+pub fn spark(test: &str) -> Option<Spark> {
+    let python = std::env::var(SPARK_PYTHON_VAR)
+        .ok()
+        .filter(|p| !p.is_empty());
+    let Some(python) = python else {
+        eprintln!(
+            "SKIPPED {test}: {SPARK_PYTHON_VAR} is not set (./test.sh installs Spark with \
+             tests/spark/setup.sh and sets it and {SPARK_JARS_VAR})"
+        );
+        return None;
+    };
+    let jars = std::env::var(SPARK_JARS_VAR)
+        .unwrap_or_else(|_| panic!("{SPARK_PYTHON_VAR} is set but {SPARK_JARS_VAR} is not"));
+    Some(Spark {
+        python: PathBuf::from(python),
+        jars: PathBuf::from(jars),
+    })
+}
+
+/// One statement's result from Spark: rows of values rendered as text
+/// (NULL as "NULL").
+pub type SparkRows = Vec<Vec<String>>;
+
+impl Spark {
+    /// Runs `statements` in one Spark process whose default catalog `name`
+    /// is Iceberg's JdbcCatalog on `<warehouse>/catalog.db` (SQLite), and
+    /// returns each statement's rows. Panics, with Spark's message, if one
+    /// fails.
+    pub fn run(&self, warehouse: &Path, name: &str, statements: &[&str]) -> Vec<SparkRows> {
+        use std::io::Write;
+        let runner = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("spark/spark_sql.py");
+        let mut child = std::process::Command::new(&self.python)
+            .arg(&runner)
+            .arg("--warehouse")
+            .arg(warehouse)
+            .args(["--catalog-name", name])
+            .arg("--jars")
+            .arg(&self.jars)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.python.display()));
+        let input = serde_json::to_vec(statements).expect("statements as JSON");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(&input)
+            .expect("write statements to Spark");
+        let out = child.wait_with_output().expect("Spark runner");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let mut results = vec![];
+        for line in stdout.lines().filter(|l| l.starts_with('{')) {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("Spark: bad JSON {line}: {e}"));
+            if let Some(error) = value.get("error") {
+                let index = value["statement"].as_u64().unwrap_or(0) as usize;
+                panic!(
+                    "Spark failed on {:?}:\n{}\n{}",
+                    statements.get(index),
+                    error.as_str().unwrap_or_default(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let rows = value["rows"]
+                .as_array()
+                .expect("rows")
+                .iter()
+                .map(|row| {
+                    row.as_array()
+                        .expect("row")
+                        .iter()
+                        .map(|v| match v {
+                            serde_json::Value::Null => "NULL".to_string(),
+                            serde_json::Value::String(s) => s.clone(),
+                            other => other.to_string(),
+                        })
+                        .collect()
+                })
+                .collect();
+            results.push(rows);
+        }
+        assert!(
+            out.status.success() && results.len() == statements.len(),
+            "Spark runner failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        results
+    }
+}

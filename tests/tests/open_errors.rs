@@ -118,6 +118,7 @@ async fn s3_warehouse_without_catalog_uri_is_refused() {
             region: Some("us-east-1".into()),
             ..Default::default()
         },
+        ..Default::default()
     })
     .await;
     assert!(err.contains("needs a catalog URI"), "{err}");

@@ -149,6 +149,7 @@ async fn open(moto: &Moto, warehouse: &str, catalog_uri: &str, engine: EngineKin
             warehouse: warehouse.into(),
             catalog_uri: Some(catalog_uri.to_string()),
             s3: moto.s3_options(),
+            ..Default::default()
         },
         engine,
         executors: Some(2),
@@ -305,6 +306,7 @@ async fn missing_bucket_is_named() {
             warehouse: "s3://no-such-bucket/wh".into(),
             catalog_uri: Some(sqlite_uri(catalog_dir.path())),
             s3: moto.s3_options(),
+            ..Default::default()
         },
         ..Default::default()
     })

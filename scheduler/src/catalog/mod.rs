@@ -1,5 +1,6 @@
 //! The catalog side of the coordinator: opening the Iceberg SQL catalog and
-//! its warehouse (`open`), the catalog as DataFusion's catalog of schemas and
+//! its warehouse (`open`) in either layout of Iceberg's JDBC catalog
+//! (`sql_catalog`), the files of a dropped table (`purge`), the catalog as DataFusion's catalog of schemas and
 //! tables (`provider`), an Iceberg table as a DataFusion table pinned to one
 //! snapshot (`table`), a snapshot's manifests read a few at a time
 //! (`manifests`), pushed filters as Iceberg predicates
@@ -10,6 +11,8 @@ pub mod filter_pushdown;
 pub mod manifests;
 pub mod open;
 pub mod provider;
+pub mod purge;
+pub mod sql_catalog;
 pub mod system_tables;
 pub mod table;
 pub mod table_functions;
@@ -17,4 +20,5 @@ pub mod table_functions;
 pub(crate) use open::redact;
 pub use open::{open_catalog, CatalogOptions, OpenCatalog, S3Options, DEFAULT_CATALOG_NAME};
 pub use provider::IcebergCatalogProvider;
+pub use sql_catalog::{CatalogLayout, SqlCatalog};
 pub use table::IcebergTableProvider;

@@ -2,21 +2,26 @@
 //! cluster) and the warehouse it points at: a local directory or an
 //! `s3://bucket/prefix` location on S3 or an S3-compatible store.
 //!
-//! The catalog tables are iceberg-catalog-sql's (`iceberg_tables`,
+//! The catalog tables are those of Iceberg's JDBC catalog (`iceberg_tables`,
 //! `iceberg_namespace_properties`), the same that PyIceberg's `SqlCatalog`
-//! uses: open the same database in PyIceberg with the catalog name
-//! [`DEFAULT_CATALOG_NAME`] and both see the same tables.
+//! and Iceberg Java's `JdbcCatalog` (Spark, Trino, Flink) use, in either of
+//! their layouts ([`super::sql_catalog`]): open the same database in
+//! PyIceberg or Spark with the same catalog name (default
+//! [`DEFAULT_CATALOG_NAME`]) and all see the same tables.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use datafusion::error::{DataFusionError, Result};
-use iceberg::{Catalog, CatalogBuilder};
-use iceberg_catalog_sql::{SqlBindStyle, SqlCatalogBuilder};
+use datafusion::error::Result;
+use iceberg::Catalog;
 use iceberg_storage_opendal::OpenDalResolvingStorageFactory;
 
-/// The catalog name recorded in the catalog database (PyIceberg: `SqlCatalog("icemerge", ...)`).
+use super::sql_catalog::{CatalogLayout, SqlCatalog, SqlCatalogConfig};
+use icemerge_proto::error::invalid_input;
+
+/// The default catalog name, recorded in the catalog database's rows
+/// (PyIceberg: `SqlCatalog("icemerge", ...)`).
 pub const DEFAULT_CATALOG_NAME: &str = "icemerge";
 
 /// Where the catalog and the data live.
@@ -28,6 +33,10 @@ pub struct CatalogOptions {
     pub warehouse: PathBuf,
     /// `sqlite://...` or `postgres://...`; default `sqlite://<warehouse>/catalog.db`.
     pub catalog_uri: Option<String>,
+    /// The catalog name of the rows this catalog reads and writes (the
+    /// `catalog_name` column; Spark's JdbcCatalog writes the name of the
+    /// Spark catalog), also the first part of three-part table names.
+    pub catalog_name: String,
     /// How to reach an `s3://` warehouse.
     pub s3: S3Options,
 }
@@ -37,6 +46,7 @@ impl Default for CatalogOptions {
         Self {
             warehouse: PathBuf::from("warehouse"),
             catalog_uri: None,
+            catalog_name: DEFAULT_CATALOG_NAME.to_string(),
             s3: S3Options::default(),
         }
     }
@@ -117,8 +127,15 @@ enum Warehouse {
 
 fn parse_warehouse(warehouse: &Path) -> Result<Warehouse> {
     let text = warehouse.to_string_lossy();
-    if let Some(rest) = text.strip_prefix("file://") {
-        return Ok(Warehouse::Local(PathBuf::from(rest)));
+    if text.starts_with("file:") {
+        // file:///dir and file:/dir (as Hadoop writes it) alike.
+        return icemerge_executor::cleanup::local_path(&text)
+            .map(|dir| Warehouse::Local(dir.to_path_buf()))
+            .ok_or_else(|| {
+                invalid_input(format!(
+                    "warehouse '{text}': expected file:///DIR (an absolute local path)"
+                ))
+            });
     }
     let Some((scheme, rest)) = text.split_once("://") else {
         return Ok(Warehouse::Local(warehouse.to_path_buf()));
@@ -128,13 +145,13 @@ fn parse_warehouse(warehouse: &Path) -> Result<Warehouse> {
             let rest = rest.trim_end_matches('/');
             let bucket = rest.split('/').next().unwrap_or_default();
             if bucket.is_empty() {
-                return Err(DataFusionError::Configuration(format!(
+                return Err(invalid_input(format!(
                     "warehouse '{text}': expected s3://BUCKET[/PREFIX]"
                 )));
             }
             Ok(Warehouse::S3(format!("s3://{rest}")))
         }
-        _ => Err(DataFusionError::Configuration(format!(
+        _ => Err(invalid_input(format!(
             "unsupported warehouse '{text}': expected a directory, file://DIR or s3://BUCKET[/PREFIX]"
         ))),
     }
@@ -144,7 +161,10 @@ fn parse_warehouse(warehouse: &Path) -> Result<Warehouse> {
 #[derive(Debug, Clone)]
 pub struct OpenCatalog {
     pub catalog: Arc<dyn Catalog>,
+    /// The catalog name (of the catalog's rows and of three-part names).
     pub name: String,
+    /// The layout of the catalog database's `iceberg_tables`.
+    pub layout: CatalogLayout,
     pub warehouse_location: String,
     pub file_io_props: HashMap<String, String>,
     /// The catalog database URI (for the commit's compare-and-swap).
@@ -153,12 +173,18 @@ pub struct OpenCatalog {
 
 /// Opens (creating if needed) the warehouse directory and the SQL catalog.
 pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
+    let name = options.catalog_name.as_str();
+    if name.trim().is_empty() {
+        return Err(invalid_input(
+            "the catalog name (--catalog-name) cannot be empty",
+        ));
+    }
     let (warehouse_location, default_uri, file_io_props) =
         match parse_warehouse(&options.warehouse)? {
             Warehouse::Local(dir) => {
                 let warehouse = absolute(&dir)?;
                 std::fs::create_dir_all(&warehouse).map_err(|e| {
-                    DataFusionError::Configuration(format!(
+                    invalid_input(format!(
                         "cannot create warehouse directory '{}': {e}",
                         warehouse.display()
                     ))
@@ -178,7 +204,7 @@ pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
         (Some(uri), _) => uri.clone(),
         (None, Some(uri)) => uri,
         (None, None) => {
-            return Err(DataFusionError::Configuration(format!(
+            return Err(invalid_input(format!(
                 "warehouse '{warehouse_location}' needs a catalog URI (--catalog-uri \
                  postgres://... or sqlite://...): the default SQLite catalog lives in a \
                  local warehouse directory"
@@ -193,23 +219,22 @@ pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
     } else if is_postgres(&uri) {
         (true, Some(lock_postgres_catalog(&uri).await?))
     } else {
-        return Err(DataFusionError::Configuration(format!(
+        return Err(invalid_input(format!(
             "unsupported catalog URI '{}': expected sqlite://... or postgres://...",
             redact(&uri)
         )));
     };
     icemerge_executor::cleanup::register_storage(&warehouse_location, &file_io_props);
     let load = || {
-        SqlCatalogBuilder::default()
-            .uri(uri.clone())
-            .warehouse_location(warehouse_location.clone())
-            .sql_bind_style(if postgres {
-                SqlBindStyle::DollarNumeric
-            } else {
-                SqlBindStyle::QMark
-            })
-            .with_storage_factory(Arc::new(OpenDalResolvingStorageFactory::new()))
-            .load(DEFAULT_CATALOG_NAME, file_io_props.clone())
+        SqlCatalog::open(
+            SqlCatalogConfig {
+                name: name.to_string(),
+                uri: uri.clone(),
+                warehouse_location: warehouse_location.clone(),
+                file_io_props: file_io_props.clone(),
+            },
+            Arc::new(OpenDalResolvingStorageFactory::new()),
+        )
     };
     let catalog = match load().await {
         // Another program (not holding our lock) created the catalog tables
@@ -222,12 +247,12 @@ pub async fn open_catalog(options: &CatalogOptions) -> Result<OpenCatalog> {
         // Closing the session releases its advisory lock.
         let _ = sqlx::Connection::close(conn).await;
     }
-    let catalog = catalog.map_err(|e| {
-        DataFusionError::Configuration(format!("cannot open catalog '{}': {e}", redact(&uri)))
-    })?;
+    let catalog = catalog
+        .map_err(|e| invalid_input(format!("cannot open catalog '{}': {e}", redact(&uri))))?;
     Ok(OpenCatalog {
+        layout: catalog.layout(),
         catalog: Arc::new(catalog),
-        name: DEFAULT_CATALOG_NAME.to_string(),
+        name: name.to_string(),
         warehouse_location,
         file_io_props,
         uri,
@@ -259,7 +284,7 @@ const CATALOG_CREATION_LOCK: i64 = 0x6963_656d_6572_6765;
 async fn lock_postgres_catalog(uri: &str) -> Result<sqlx::PgConnection> {
     use sqlx::ConnectOptions;
     let options: sqlx::postgres::PgConnectOptions = uri.parse().map_err(|e| {
-        DataFusionError::Configuration(format!(
+        invalid_input(format!(
             "invalid Postgres catalog URI '{}': {e}",
             redact(uri)
         ))
@@ -274,13 +299,9 @@ async fn lock_postgres_catalog(uri: &str) -> Result<sqlx::PgConnection> {
     let timeout = std::time::Duration::from_secs(15);
     let mut conn = match tokio::time::timeout(timeout, options.connect()).await {
         Ok(Ok(conn)) => conn,
-        Ok(Err(e)) => {
-            return Err(DataFusionError::Configuration(format!(
-                "cannot connect to the {place}: {e}"
-            )))
-        }
+        Ok(Err(e)) => return Err(invalid_input(format!("cannot connect to the {place}: {e}"))),
         Err(_) => {
-            return Err(DataFusionError::Configuration(format!(
+            return Err(invalid_input(format!(
                 "cannot connect to the {place}: no answer within 15 s"
             )))
         }
@@ -297,7 +318,7 @@ async fn lock_postgres_catalog(uri: &str) -> Result<sqlx::PgConnection> {
     .await;
     match locked {
         Ok(_) => Ok(conn),
-        Err(e) => Err(DataFusionError::Configuration(format!(
+        Err(e) => Err(invalid_input(format!(
             "{place}: cannot take the catalog-creation lock: {e}"
         ))),
     }
@@ -323,10 +344,10 @@ async fn check_s3_warehouse(location: &str, props: &HashMap<String, String>) -> 
         .unwrap_or_default();
     match outcome {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(DataFusionError::Configuration(format!(
+        Ok(Err(e)) => Err(invalid_input(format!(
             "cannot write to warehouse '{location}'{endpoint}: {e}"
         ))),
-        Err(_) => Err(DataFusionError::Configuration(format!(
+        Err(_) => Err(invalid_input(format!(
             "cannot write to warehouse '{location}'{endpoint}: no answer within 60 s"
         ))),
     }
@@ -336,9 +357,8 @@ fn absolute(path: &Path) -> Result<PathBuf> {
     if path.is_absolute() {
         return Ok(path.to_path_buf());
     }
-    let cwd = std::env::current_dir().map_err(|e| {
-        DataFusionError::Configuration(format!("cannot read current directory: {e}"))
-    })?;
+    let cwd = std::env::current_dir()
+        .map_err(|e| invalid_input(format!("cannot read current directory: {e}")))?;
     Ok(cwd.join(path))
 }
 
@@ -367,6 +387,11 @@ mod tests {
             parse_warehouse(Path::new("file:///data/wh")).unwrap(),
             Warehouse::Local(PathBuf::from("/data/wh"))
         );
+        assert_eq!(
+            parse_warehouse(Path::new("file:/data/wh")).unwrap(),
+            Warehouse::Local(PathBuf::from("/data/wh"))
+        );
+        assert!(parse_warehouse(Path::new("file:data/wh")).is_err());
         assert_eq!(
             parse_warehouse(Path::new("s3://bucket/a/wh/")).unwrap(),
             Warehouse::S3("s3://bucket/a/wh".into())

@@ -14,7 +14,9 @@ use iceberg::spec::{
     deserialize_data_file_from_json, DataFile, Operation, TableMetadata, TableProperties,
 };
 use iceberg::TableIdent;
-use icemerge_executor::cleanup::{data_location, delete_files_with_prefix};
+use icemerge_executor::cleanup::{
+    data_location, delete_files_with_prefix, delete_files_with_prefix_now_and_later,
+};
 use icemerge_executor::iceberg_err;
 
 use super::plan::ManifestPolicy;
@@ -142,9 +144,17 @@ impl Retries {
     }
 }
 
-/// Deletes every file a statement with `write_id` wrote into the table.
-pub fn discard_write(metadata: &TableMetadata, write_id: &str) -> usize {
-    delete_files_with_prefix(&data_location(metadata), write_id)
+/// Deletes every file a statement with `write_id` wrote into the table;
+/// with `tasks_may_linger` (the statement failed on a cluster whose
+/// executors may still be finishing its tasks) also again over the next
+/// half minute.
+pub fn discard_write(metadata: &TableMetadata, write_id: &str, tasks_may_linger: bool) -> usize {
+    let location = data_location(metadata);
+    if tasks_may_linger {
+        delete_files_with_prefix_now_and_later(&location, write_id)
+    } else {
+        delete_files_with_prefix(&location, write_id)
+    }
 }
 
 #[cfg(test)]

@@ -46,7 +46,9 @@ use dynamic_pruning::{
 };
 use insert_routes::insert_routes;
 
-pub use outcome::{collect_fragments, commit_merge, discard_uncommitted, MergeOutcome};
+pub use outcome::{
+    collect_fragments, commit_merge, discard_failed, discard_uncommitted, MergeOutcome,
+};
 
 /// A planned MERGE, ready to run or to explain.
 pub struct PlannedMerge {

@@ -9,7 +9,9 @@ use arrow::record_batch::RecordBatch;
 use datafusion::error::Result;
 use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation};
 use iceberg::table::Table;
-use icemerge_executor::cleanup::{data_location, delete_files_with_prefix_except};
+use icemerge_executor::cleanup::{
+    data_location, delete_files_with_prefix_except, delete_files_with_prefix_now_and_later,
+};
 use icemerge_executor::iceberg_err;
 use icemerge_proto::fragment::{self, Fragment};
 
@@ -103,10 +105,22 @@ pub async fn commit_merge(
     }
 }
 
-/// Deletes the files of this merge that are not part of the commit: all of
-/// them after a failure, those of discarded task attempts after a success.
+/// Deletes the files of this merge that are not part of the commit: those
+/// of discarded task attempts after a success.
 pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[DataFile]) -> usize {
     let location = data_location(planned.base.metadata());
     let keep: Vec<&str> = keep.iter().map(|f| f.file_path()).collect();
     delete_files_with_prefix_except(&location, &planned.write_id, &keep)
+}
+
+/// Deletes every file of a merge that failed; with `tasks_may_linger` (it
+/// ran on a cluster whose executors may still be finishing its tasks) also
+/// again over the next half minute.
+pub fn discard_failed(planned: &PlannedMerge, tasks_may_linger: bool) -> usize {
+    let location = data_location(planned.base.metadata());
+    if tasks_may_linger {
+        delete_files_with_prefix_now_and_later(&location, &planned.write_id)
+    } else {
+        delete_files_with_prefix_except(&location, &planned.write_id, &[])
+    }
 }

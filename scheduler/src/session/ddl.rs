@@ -1,20 +1,25 @@
 //! DDL statements, run against the catalog directly: `CREATE SCHEMA`,
 //! `DROP SCHEMA`, `CREATE TABLE [AS SELECT]`, `DROP TABLE` (which purges
 //! the table's files, as Trino does).
+//!
+//! The table property `format-version` (Spark's; `format_version` is
+//! Trino's spelling) is not stored: it chooses the new table's Iceberg format
+//! version, 1 or 2 (default 2).
 
 use std::collections::HashMap;
 
 use arrow::datatypes::Schema;
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
-use iceberg::spec::TableProperties;
+use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::ddl::{self, CreateTable};
 
 use super::names::quote;
 use super::{Session, StatementOutput};
+use icemerge_proto::error::{already_exists, invalid_input, not_found};
 
 impl Session {
     pub(super) async fn create_schema(
@@ -31,7 +36,7 @@ impl Session {
                     "schema {name} already exists"
                 )));
             }
-            return Err(DataFusionError::Plan(format!(
+            return Err(already_exists(format!(
                 "schema (namespace) '{name}' already exists"
             )));
         }
@@ -60,7 +65,7 @@ impl Session {
                 if if_exists {
                     continue;
                 }
-                return Err(DataFusionError::Plan(format!(
+                return Err(not_found(format!(
                     "schema (namespace) '{name}' does not exist"
                 )));
             }
@@ -94,9 +99,7 @@ impl Session {
                 if if_exists {
                     continue;
                 }
-                return Err(DataFusionError::Plan(format!(
-                    "table '{ident}' does not exist"
-                )));
+                return Err(not_found(format!("table '{ident}' does not exist")));
             }
             // Like Trino, DROP TABLE removes the data and metadata files too.
             self.catalog
@@ -123,23 +126,31 @@ impl Session {
                     "table {ident} already exists"
                 )));
             }
-            return Err(DataFusionError::Plan(format!(
-                "table '{ident}' already exists"
-            )));
+            return Err(already_exists(format!("table '{ident}' already exists")));
         }
         let schema = match (&create.query, create.columns.is_empty()) {
             (_, false) => ddl::build_schema(&create.columns)?,
             (Some(query), true) => self.query_schema(&ident, query).await?,
             (None, true) => {
-                return Err(DataFusionError::Plan(format!(
+                return Err(invalid_input(format!(
                     "CREATE TABLE {ident}: no columns given"
                 )));
             }
         };
         let spec = ddl::build_partition_spec(&schema, &create.partition_by)?;
-        let properties: HashMap<String, String> = create.properties.iter().cloned().collect();
+        let mut properties: HashMap<String, String> = create.properties.iter().cloned().collect();
+        let format_version = take_format_version(&ident, &mut properties)?;
+        if let Some(reserved) = TableProperties::RESERVED_PROPERTIES
+            .iter()
+            .find(|key| properties.contains_key(**key))
+        {
+            return Err(invalid_input(format!(
+                "CREATE TABLE {ident}: table property '{reserved}' is reserved: Iceberg \
+                 sets it itself"
+            )));
+        }
         TableProperties::try_from(&properties).map_err(|e| {
-            DataFusionError::Plan(format!(
+            invalid_input(format!(
                 "CREATE TABLE {ident}: invalid table property: {}",
                 e.message()
             ))
@@ -149,6 +160,7 @@ impl Session {
             .schema(schema)
             .partition_spec(spec)
             .properties(properties)
+            .format_version(format_version)
             .build();
         self.catalog
             .catalog
@@ -188,9 +200,43 @@ impl Session {
                 .collect::<Vec<_>>(),
         );
         arrow_schema_to_schema_auto_assign_ids(&nullable).map_err(|e| {
-            DataFusionError::Plan(format!(
+            invalid_input(format!(
                 "CREATE TABLE {ident} AS: unsupported column type: {e}"
             ))
         })
+    }
+}
+
+/// Takes `format-version` (Spark / Iceberg) or `format_version` (Trino) out
+/// of `properties`: the format version of the new table, V2 when absent.
+fn take_format_version(
+    ident: &iceberg::TableIdent,
+    properties: &mut HashMap<String, String>,
+) -> Result<FormatVersion> {
+    let given: Vec<(&str, String)> = ["format-version", "format_version"]
+        .into_iter()
+        .filter_map(|key| properties.remove(key).map(|value| (key, value)))
+        .collect();
+    let (key, value) = match given.as_slice() {
+        [] => return Ok(FormatVersion::V2),
+        [one] => one,
+        _ => {
+            return Err(invalid_input(format!(
+                "CREATE TABLE {ident}: give the format version once, as 'format-version' or \
+                 'format_version', not both"
+            )))
+        }
+    };
+    match value.as_str() {
+        "1" => Ok(FormatVersion::V1),
+        "2" => Ok(FormatVersion::V2),
+        "3" => Err(invalid_input(format!(
+            "CREATE TABLE {ident}: table property '{key}' = '3': icemerge does not write \
+             format v3 tables (format versions 1 and 2 are supported)"
+        ))),
+        other => Err(invalid_input(format!(
+            "CREATE TABLE {ident}: invalid value '{other}' for table property '{key}': \
+             expected 1 or 2"
+        ))),
     }
 }

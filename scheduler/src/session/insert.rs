@@ -34,7 +34,7 @@ impl Session {
         }
         .await;
         if result.is_err() {
-            discard_write(&metadata, &write_id);
+            discard_write(&metadata, &write_id, self.engine.scheduler_url().is_some());
         }
         result
     }

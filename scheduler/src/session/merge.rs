@@ -10,7 +10,9 @@ use icemerge_planner::explain::{stage_graph, ExplainDocument};
 use icemerge_planner::merge::ExplainMerge;
 
 use crate::engine::now_nanos;
-use crate::merge::{collect_fragments, commit_merge, discard_uncommitted, plan_merge};
+use crate::merge::{
+    collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge,
+};
 
 use super::explain_analyze::{analyzed_merge, render_explain, CommitRun};
 use super::{Session, StatementOutput};
@@ -80,7 +82,7 @@ impl Session {
         let (outcome, commit) = match result {
             Ok(done) => done,
             Err(e) => {
-                discard_uncommitted(&planned, &[]);
+                discard_failed(&planned, self.engine.scheduler_url().is_some());
                 return Err(e);
             }
         };

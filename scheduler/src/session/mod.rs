@@ -103,6 +103,8 @@ impl Session {
         engine: Engine,
     ) -> Result<Self> {
         let catalog = open_catalog(&options.catalog).await?;
+        // Unqualified names resolve in this catalog, whatever its name.
+        let config = config.with_default_catalog_and_schema(&catalog.name, DEFAULT_NAMESPACE);
         let state = SessionStateBuilder::new()
             .with_config(config.clone())
             .with_default_features()

@@ -70,6 +70,7 @@ async fn open(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<
         engine,
         executors: Some(executors),
         target_partitions: None,
+        ..Default::default()
     })
     .await?)
 }

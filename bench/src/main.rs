@@ -189,6 +189,7 @@ async fn local_session(warehouse: &Path) -> Result<Session> {
         engine: EngineKind::Local,
         executors: Some(1),
         target_partitions: None,
+        ..Default::default()
     })
     .await?)
 }

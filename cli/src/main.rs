@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{EngineKind, Session, SessionOptions};
 
 use crate::catalog_args::CatalogArgs;
@@ -72,14 +73,22 @@ struct Args {
     #[arg(long, value_name = "N", value_parser = parse_positive)]
     executors: Option<usize>,
 
+    /// Memory for running statements: a size (4GiB, 512MiB, 2G) or a share
+    /// of RAM (25%). Sorts, aggregations and repartitions spill to disk
+    /// beyond their share of it; a statement that cannot fit fails with an
+    /// error naming the budget The in-process
+    /// cluster's executors share it [default: 50% of RAM].
+    #[arg(long, value_name = "SIZE", env = "ICEMERGE_MEMORY_LIMIT")]
+    memory_limit: Option<MemoryBudget>,
+
     /// Run statements on a running icemerge-scheduler (its Flight SQL port)
-    /// instead of an embedded engine; --warehouse, --catalog-uri, --engine
-    /// and --executors are then the scheduler's business and ignored.
+    /// instead of an embedded engine; --warehouse, --catalog-uri, --engine,
+    /// --executors and --memory-limit are then the scheduler's business.
     #[arg(
         long,
         value_name = "HOST:PORT",
         env = "ICEMERGE_SCHEDULER",
-        conflicts_with_all = ["engine", "executors"]
+        conflicts_with_all = ["engine", "executors", "memory_limit"]
     )]
     scheduler: Option<String>,
 
@@ -127,6 +136,7 @@ impl Args {
             },
             executors: self.executors,
             target_partitions: None,
+            memory_limit: self.memory_limit,
         }
     }
 }
@@ -312,6 +322,18 @@ mod tests {
     fn rejects_bad_flags() {
         assert!(Args::try_parse_from(["icemerge", "-c", "x", "-f", "y"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--executors", "0"]).is_err());
+        let small = Args::try_parse_from(["icemerge", "--memory-limit", "1KiB"]).unwrap_err();
+        assert!(small.to_string().contains("too small"), "{small}");
+        assert!(Args::try_parse_from(["icemerge", "--memory-limit", "lots"]).is_err());
+        assert!(
+            Args::try_parse_from(["icemerge", "--scheduler", "h:1", "--memory-limit", "1G"])
+                .is_err()
+        );
+        let budget = Args::try_parse_from(["icemerge", "--memory-limit", "64MiB"]).unwrap();
+        assert_eq!(
+            budget.session_options().memory_limit.map(|b| b.bytes()),
+            Some(64 << 20)
+        );
         assert!(Args::try_parse_from(["icemerge", "--engine", "spark"]).is_err());
         assert!(Args::try_parse_from(["icemerge", "--format", "xml"]).is_err());
         assert!(

@@ -13,7 +13,8 @@ use arrow_flight::FlightDescriptor;
 use datafusion::error::DataFusionError;
 use futures::TryStreamExt;
 use icemerge_proto::error::{
-    already_exists, cancelled, conflict, internal, invalid_input, io_error, not_found, unsupported,
+    already_exists, cancelled, conflict, internal, invalid_input, io_error, not_found,
+    out_of_memory, unsupported,
 };
 use icemerge_scheduler::StatementOutput;
 use prost::Message;
@@ -117,6 +118,7 @@ impl RemoteSession {
             Code::Aborted => conflict(message),
             Code::Cancelled => cancelled(message),
             Code::Unimplemented => unsupported(message),
+            Code::ResourceExhausted => out_of_memory(message),
             _ => internal(message),
         }
     }

@@ -11,6 +11,7 @@
 //! [`FreshPlanEngine`] gives each task its own copy of the plan, so each
 //! reports only its own figures (as with pull scheduling).
 
+use icemerge_proto::memory_budget::MemoryBudget;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -52,6 +53,8 @@ pub struct ExecutorOptions {
     /// Push scheduling (the scheduler launches and cancels tasks) or pull
     /// (the executor polls). Must match the scheduler's policy.
     pub push_scheduling: bool,
+    /// Memory for running tasks, shared equally among the task slots.
+    pub memory_limit: MemoryBudget,
 }
 
 /// Runs the executor until it stops (an error or a shutdown signal).
@@ -73,6 +76,7 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         scheduler_port: options.scheduler_port,
         scheduler_connect_timeout_seconds: 30,
         concurrent_tasks: options.task_slots,
+        memory_pool_size: Some(options.memory_limit.bytes()),
         task_scheduling_policy: if options.push_scheduling {
             TaskSchedulingPolicy::PushStaged
         } else {

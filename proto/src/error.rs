@@ -32,6 +32,10 @@ pub enum IcemergeError {
     /// Valid, but not something icemerge does (yet).
     #[error("{0}")]
     Unsupported(String),
+    /// The statement needs more memory than its budget (`--memory-limit`);
+    /// nothing was committed.
+    #[error("{0}")]
+    OutOfMemory(String),
     /// Storage or catalog I/O failed.
     #[error("{0}")]
     Io(String),
@@ -49,6 +53,7 @@ pub enum ErrorKind {
     Conflict,
     Cancelled,
     Unsupported,
+    OutOfMemory,
     Io,
     Internal,
 }
@@ -63,6 +68,7 @@ impl IcemergeError {
             IcemergeError::Conflict(_) => ErrorKind::Conflict,
             IcemergeError::Cancelled(_) => ErrorKind::Cancelled,
             IcemergeError::Unsupported(_) => ErrorKind::Unsupported,
+            IcemergeError::OutOfMemory(_) => ErrorKind::OutOfMemory,
             IcemergeError::Io(_) => ErrorKind::Io,
             IcemergeError::Internal(_) => ErrorKind::Internal,
         }
@@ -131,6 +137,12 @@ pub fn conflict(message: impl Into<String>) -> DataFusionError {
 /// A cancelled statement, as the DataFusion error it travels in.
 pub fn cancelled(message: impl Into<String>) -> DataFusionError {
     IcemergeError::Cancelled(message.into()).into()
+}
+
+/// A statement over its memory budget, as the DataFusion error it travels
+/// in.
+pub fn out_of_memory(message: impl Into<String>) -> DataFusionError {
+    IcemergeError::OutOfMemory(message.into()).into()
 }
 
 /// Something icemerge does not do, as the DataFusion error it travels in.

@@ -42,6 +42,7 @@ pub async fn open_session_on(
         engine,
         executors: Some(2),
         target_partitions: Some(4),
+        ..Default::default()
     })
     .await
     .expect("open session")

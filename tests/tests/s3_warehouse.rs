@@ -154,6 +154,7 @@ async fn open(moto: &Moto, warehouse: &str, catalog_uri: &str, engine: EngineKin
         engine,
         executors: Some(2),
         target_partitions: Some(4),
+        ..Default::default()
     })
     .await
     .expect("open session on an s3:// warehouse")

@@ -39,6 +39,7 @@ async fn open(warehouse: &Path, name: &str, engine: EngineKind) -> Session {
         engine,
         executors: Some(2),
         target_partitions: Some(4),
+        ..Default::default()
     })
     .await
     .expect("open session")

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use icemerge_executor::process::{run, ExecutorOptions};
+use icemerge_proto::memory_budget::MemoryBudget;
 
 /// Runs an icemerge executor for the scheduler at --scheduler.
 ///
@@ -48,6 +49,13 @@ struct Args {
     /// Tasks run at once [default: available cores].
     #[arg(long, value_name = "N", default_value_t = 0)]
     task_slots: usize,
+
+    /// Memory for running tasks, shared by the task slots: a size (4GiB, 512MiB, 2G) or a share
+    /// of RAM (25%). Sorts, aggregations and repartitions spill to disk
+    /// beyond their share of it; a task that cannot fit fails with an
+    /// error naming the budget [default: 50% of RAM].
+    #[arg(long, value_name = "SIZE", env = "ICEMERGE_MEMORY_LIMIT")]
+    memory_limit: Option<MemoryBudget>,
 
     /// Directory for shuffle files [default: a temporary directory].
     #[arg(long, value_name = "DIR", env = "ICEMERGE_WORK_DIR")]
@@ -95,6 +103,7 @@ async fn main() -> ExitCode {
         task_slots: args.task_slots,
         work_dir: args.work_dir,
         push_scheduling: !args.pull,
+        memory_limit: args.memory_limit.unwrap_or_default(),
     };
     match run(options).await {
         Ok(()) => ExitCode::SUCCESS,

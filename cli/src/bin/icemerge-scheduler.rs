@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
+use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::server::{start, SchedulerProcessOptions};
 
 #[path = "../catalog_args.rs"]
@@ -68,6 +69,14 @@ struct Args {
     #[arg(long, value_name = "N", env = "ICEMERGE_TARGET_PARTITIONS")]
     target_partitions: Option<usize>,
 
+    /// Memory of the coordinator's own work (planning, pruning probes,
+    /// results); the executors have theirs: a size (4GiB, 512MiB, 2G) or a share
+    /// of RAM (25%). Sorts, aggregations and repartitions spill to disk
+    /// beyond their share of it; a statement that cannot fit fails with an
+    /// error naming the budget [default: 50% of RAM].
+    #[arg(long, value_name = "SIZE", env = "ICEMERGE_MEMORY_LIMIT")]
+    memory_limit: Option<MemoryBudget>,
+
     /// Executors poll for tasks instead of the scheduler pushing them (start
     /// the executors with --pull too). Running tasks cannot be cancelled.
     #[arg(long)]
@@ -99,6 +108,7 @@ async fn main() -> ExitCode {
         target_partitions: args.target_partitions,
         push_scheduling: !args.pull,
         executor_timeout_seconds: args.executor_timeout,
+        memory_limit: args.memory_limit,
     };
     let running = match start(options).await {
         Ok(running) => running,

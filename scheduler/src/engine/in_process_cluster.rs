@@ -68,8 +68,14 @@ fn ballista_err(e: impl std::fmt::Display) -> DataFusionError {
 }
 
 impl InProcessCluster {
-    /// Starts a scheduler and `executors` executors with `slots` task slots each.
-    pub async fn start(config: SessionConfig, executors: usize, slots: usize) -> Result<Self> {
+    /// Starts a scheduler and `executors` executors with `slots` task slots
+    /// each, every task running in `runtime` (the process's memory budget).
+    pub async fn start(
+        config: SessionConfig,
+        executors: usize,
+        slots: usize,
+        runtime: Arc<RuntimeEnv>,
+    ) -> Result<Self> {
         let ledger = TaskLedger::default();
         let running = TaskTracker::default();
         let scheduler_addr = start_scheduler(config.clone()).await?;
@@ -88,6 +94,7 @@ impl InProcessCluster {
                 work_dir.path(),
                 ledger.clone(),
                 running.clone(),
+                runtime.clone(),
             )
             .await?;
             executor_ids.push(executor.id.clone());
@@ -163,6 +170,7 @@ async fn start_executor(
     work_dir: &std::path::Path,
     ledger: TaskLedger,
     running: TaskTracker,
+    runtime: Arc<RuntimeEnv>,
 ) -> Result<ExecutorHandle> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
@@ -173,7 +181,6 @@ async fn start_executor(
         .with_config(config.clone())
         .with_default_features()
         .build();
-    let runtime = Arc::new(RuntimeEnv::default());
     let runtime_producer: RuntimeProducer = Arc::new(move |_| Ok(runtime.clone()));
     let config_producer: ConfigProducer = Arc::new(move || config.clone());
     let work_dir = work_dir.to_string_lossy().to_string();

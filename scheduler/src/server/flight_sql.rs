@@ -180,6 +180,7 @@ fn statement_error(e: DataFusionError) -> Status {
         Some(ErrorKind::Conflict) => Status::aborted(message),
         Some(ErrorKind::Cancelled) => Status::cancelled(message),
         Some(ErrorKind::Unsupported) => Status::unimplemented(message),
+        Some(ErrorKind::OutOfMemory) => Status::resource_exhausted(message),
         Some(ErrorKind::Io | ErrorKind::Internal) => Status::internal(message),
         None => match e {
             DataFusionError::Plan(_)

@@ -8,6 +8,7 @@
 //! [`TaskLedger`] before Ballista handles it, so the coordinator's session
 //! sums operator metrics per job exactly as with the in-process cluster.
 
+use icemerge_proto::memory_budget::MemoryBudget;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
@@ -58,6 +59,8 @@ pub struct SchedulerProcessOptions {
     /// An executor silent for this long is declared lost and its tasks run
     /// elsewhere.
     pub executor_timeout_seconds: u64,
+    /// Memory of the coordinator's sessions (default: half the RAM).
+    pub memory_limit: Option<MemoryBudget>,
 }
 
 /// A running scheduler process.
@@ -151,6 +154,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
         SessionOptions {
             catalog: options.catalog.clone(),
             target_partitions: Some(target_partitions),
+            memory_limit: options.memory_limit,
             ..Default::default()
         },
         target,
@@ -263,6 +267,7 @@ mod tests {
             target_partitions: None,
             push_scheduling: true,
             executor_timeout_seconds: 30,
+            memory_limit: None,
         }
     }
 

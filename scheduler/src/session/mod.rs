@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 
 use arrow::record_batch::RecordBatch;
 use datafusion::error::Result;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
@@ -42,6 +43,7 @@ use crate::engine::{
     now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl, SchedulerTarget,
 };
 use icemerge_proto::error::invalid_input;
+use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
@@ -59,6 +61,8 @@ pub struct Session {
     /// The stage graph and figures of the last plan run.
     last_run: Mutex<Option<Box<ExplainDocument>>>,
     control: JobControl,
+    /// The memory budget statements run in, as an error names it.
+    budget: String,
 }
 
 impl Session {
@@ -71,15 +75,21 @@ impl Session {
                 EngineKind::Local => cores(),
                 EngineKind::Cluster => (2 * executors).max(cores()),
             });
+        let budget = options.memory_limit.unwrap_or_default();
+        // One pool for the whole process: the in-process cluster's executors
+        // run their tasks in the coordinator's budget.
+        let runtime = budget_runtime(&budget)?;
         let (config, engine) = match options.engine {
             EngineKind::Local => (local_session_config(target_partitions), Engine::Local),
             EngineKind::Cluster => {
                 let config = session_config(target_partitions);
-                let cluster = InProcessCluster::start(config.clone(), executors, 2).await?;
+                let cluster =
+                    InProcessCluster::start(config.clone(), executors, 2, runtime.clone()).await?;
                 (config, Engine::Cluster(Arc::new(cluster)))
             }
         };
-        Self::open_with_engine(&options, config, engine).await
+        let words = format!("the memory budget of {budget} (--memory-limit)");
+        Self::open_with_engine(&options, config, engine, runtime, words).await
     }
 
     /// Opens the catalog and runs every plan on an already running Ballista
@@ -94,19 +104,35 @@ impl Session {
             .target_partitions
             .unwrap_or_else(|| (2 * cores()).max(4));
         let config = session_config(target_partitions);
-        Self::open_with_engine(&options, config, Engine::Scheduler(scheduler)).await
+        let budget = options.memory_limit.unwrap_or_default();
+        let runtime = budget_runtime(&budget)?;
+        let words = format!(
+            "the memory budget (the coordinator's {budget}; each executor's --memory-limit, \
+             shared among its task slots)"
+        );
+        Self::open_with_engine(
+            &options,
+            config,
+            Engine::Scheduler(scheduler),
+            runtime,
+            words,
+        )
+        .await
     }
 
     async fn open_with_engine(
         options: &SessionOptions,
         config: SessionConfig,
         engine: Engine,
+        runtime: Arc<RuntimeEnv>,
+        budget: String,
     ) -> Result<Self> {
         let catalog = open_catalog(&options.catalog).await?;
         // Unqualified names resolve in this catalog, whatever its name.
         let config = config.with_default_catalog_and_schema(&catalog.name, DEFAULT_NAMESPACE);
         let state = SessionStateBuilder::new()
             .with_config(config.clone())
+            .with_runtime_env(runtime)
             .with_default_features()
             .build();
         let ctx = SessionContext::new_with_state(state);
@@ -132,6 +158,7 @@ impl Session {
             control: JobControl::default(),
             last_metrics: Mutex::new(OperatorMetrics::default()),
             last_run: Mutex::new(None),
+            budget,
         })
     }
 
@@ -212,7 +239,10 @@ impl Session {
         let _active = self.control.begin();
         match self.dispatch(sql).await {
             Ok(out) => Ok(out),
-            Err(e) => Err(self.missing_namespace(sql).await.unwrap_or(e)),
+            Err(e) => {
+                let e = over_budget(e, &self.budget);
+                Err(self.missing_namespace(sql).await.unwrap_or(e))
+            }
         }
     }
 
@@ -345,4 +375,12 @@ impl Session {
         *self.last_run.lock().expect("lock") = Some(Box::new(document));
         Ok(run.batches)
     }
+}
+
+/// A DataFusion runtime whose memory pool holds statements to `budget`;
+/// operators spill to the system's temporary directory beyond their share.
+fn budget_runtime(budget: &MemoryBudget) -> Result<Arc<RuntimeEnv>> {
+    RuntimeEnvBuilder::new()
+        .with_memory_pool(budget.pool())
+        .build_arc()
 }

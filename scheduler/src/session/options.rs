@@ -3,6 +3,7 @@
 
 use ballista_core::extension::SessionConfigExt;
 use datafusion::prelude::SessionConfig;
+use icemerge_proto::memory_budget::MemoryBudget;
 
 use crate::catalog::{CatalogOptions, DEFAULT_CATALOG_NAME};
 use crate::engine::EngineKind;
@@ -17,6 +18,9 @@ pub struct SessionOptions {
     pub executors: Option<usize>,
     /// Partitions per stage (default: available cores, at least 2 per executor).
     pub target_partitions: Option<usize>,
+    /// Memory of this process for running statements (default: half the
+    /// machine's RAM); the in-process cluster's executors share it.
+    pub memory_limit: Option<MemoryBudget>,
 }
 
 /// The machine's available cores (2 when unknown).

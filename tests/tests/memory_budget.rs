@@ -1,0 +1,113 @@
+//! The memory budget (`--memory-limit`): statements run in a DataFusion
+//! memory pool of that size on both engines; a sort beyond it spills and
+//! completes with exact results; a merge that cannot fit fails with an
+//! error naming the budget, leaving the table and the warehouse as they
+//! were.
+
+use std::path::Path;
+
+use icemerge_proto::error::{ErrorKind, IcemergeError};
+use icemerge_proto::memory_budget::MemoryBudget;
+use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
+use icemerge_tests::{query, ENGINES};
+
+async fn open(warehouse: &Path, engine: EngineKind, limit: &str) -> Session {
+    Session::open(SessionOptions {
+        catalog: CatalogOptions {
+            warehouse: warehouse.to_path_buf(),
+            ..Default::default()
+        },
+        engine,
+        executors: Some(2),
+        target_partitions: Some(4),
+        memory_limit: Some(limit.parse::<MemoryBudget>().expect("budget")),
+    })
+    .await
+    .expect("open session")
+}
+
+fn data_files(warehouse: &Path) -> Vec<String> {
+    let mut files = vec![];
+    let mut stack = vec![warehouse.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                files.push(path.display().to_string());
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sort_beyond_the_budget_spills_and_a_merge_beyond_it_fails_cleanly() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open(dir.path(), engine, "512MiB").await;
+        session
+            .execute(
+                "CREATE SCHEMA db;
+                 CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
+                 INSERT INTO db.t SELECT value, value % 7,
+                   'a string long enough to weigh something ' || value
+                   FROM generate_series(1, 300000);",
+            )
+            .await
+            .unwrap();
+        drop(session);
+
+        // 4 MiB hold a sort of ~20 MB only by spilling: the order is exact.
+        let small = open(dir.path(), engine, "4MiB").await;
+        let ordered = query(
+            &small,
+            "SELECT id FROM (SELECT id, s FROM db.t ORDER BY s DESC, id) LIMIT 3 OFFSET 1000",
+        )
+        .await;
+        let expected = query(
+            &open(dir.path(), engine, "512MiB").await,
+            "SELECT id FROM (SELECT id, s FROM db.t ORDER BY s DESC, id) LIMIT 3 OFFSET 1000",
+        )
+        .await;
+        assert_eq!(ordered, expected, "{engine:?}");
+        assert_eq!(ordered.len(), 3);
+
+        // A merge whose join must hold the whole table cannot fit in 1 MiB.
+        let before = data_files(dir.path());
+        let tiny = open(dir.path(), engine, "1MiB").await;
+        let err = tiny
+            .execute(
+                "MERGE INTO db.t t USING (SELECT id, v + 1 AS v, s FROM db.t) s ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET v = s.v",
+            )
+            .await
+            .expect_err("a merge over 300k rows cannot fit in 1 MiB");
+        assert_eq!(
+            IcemergeError::kind_of(&err),
+            Some(ErrorKind::OutOfMemory),
+            "{engine:?}: {err}"
+        );
+        let message = err.to_string();
+        assert!(message.contains("1 MiB"), "{message}");
+        assert!(message.contains("--memory-limit"), "{message}");
+        drop(tiny);
+
+        let session = open(dir.path(), engine, "512MiB").await;
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["300000".to_string(), "899998".to_string()]],
+            "{engine:?}: the table changed"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        while data_files(dir.path()) != before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{engine:?}: files left behind"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+}

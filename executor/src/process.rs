@@ -27,7 +27,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
 use datafusion_proto::physical_plan::AsExecutionPlan;
 use datafusion_proto::protobuf::PhysicalPlanNode;
-use icemerge_proto::limits::MAX_MESSAGE_BYTES;
+use icemerge_proto::limits::{EXECUTOR_HEARTBEAT_SECONDS, MAX_MESSAGE_BYTES};
 
 use crate::codec::IcemergePhysicalCodec;
 use crate::task_figures::MeasuredStage;
@@ -85,7 +85,7 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         work_dir: options.work_dir.map(|d| d.to_string_lossy().to_string()),
         grpc_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
         grpc_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
-        executor_heartbeat_interval_seconds: 5,
+        executor_heartbeat_interval_seconds: EXECUTOR_HEARTBEAT_SECONDS,
         override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::default())),
         override_execution_engine: Some(Arc::new(FreshPlanEngine::default())),
         ..Default::default()

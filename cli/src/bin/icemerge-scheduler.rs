@@ -83,7 +83,8 @@ struct Args {
     pull: bool,
 
     /// Seconds without a heartbeat after which an executor is declared lost
-    /// and its tasks are run on the others (executors beat every 5 s).
+    /// and its tasks are run on the others (executors beat every 5 s; at
+    /// least 10).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     executor_timeout: u64,
 }

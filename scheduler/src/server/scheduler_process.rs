@@ -25,7 +25,9 @@ use icemerge_executor::codec::IcemergePhysicalCodec;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use icemerge_proto::limits::MAX_MESSAGE_BYTES;
+use icemerge_proto::limits::{
+    EXECUTOR_HEARTBEAT_SECONDS, MAX_MESSAGE_BYTES, MIN_EXECUTOR_TIMEOUT_SECONDS,
+};
 
 use super::auth::Auth;
 use super::flight_sql::serve_flight_sql;
@@ -94,6 +96,21 @@ fn config_err(message: impl Into<String>) -> DataFusionError {
     invalid_input(message.into())
 }
 
+/// Refuses an executor timeout so close to the executors' heartbeat
+/// interval that one late beat of a busy executor would fail the job.
+pub fn check_executor_timeout(options: &SchedulerProcessOptions) -> Result<()> {
+    if options.executor_timeout_seconds < MIN_EXECUTOR_TIMEOUT_SECONDS {
+        return Err(config_err(format!(
+            "--executor-timeout {} is too short: executors send a heartbeat every {}s, \
+             so use at least {}",
+            options.executor_timeout_seconds,
+            EXECUTOR_HEARTBEAT_SECONDS,
+            MIN_EXECUTOR_TIMEOUT_SECONDS
+        )));
+    }
+    Ok(())
+}
+
 /// Refuses to expose an unauthenticated Flight SQL port beyond this machine.
 pub fn check_bind(options: &SchedulerProcessOptions) -> Result<()> {
     if options.token.is_none() && !options.bind_host.is_loopback() && !options.insecure_no_auth {
@@ -109,6 +126,7 @@ pub fn check_bind(options: &SchedulerProcessOptions) -> Result<()> {
 /// Starts the Ballista scheduler service and the Flight SQL server.
 pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler> {
     check_bind(&options)?;
+    check_executor_timeout(&options)?;
     let target_partitions = options.target_partitions.unwrap_or_else(|| {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -279,5 +297,20 @@ mod tests {
         assert!(err.to_string().contains("without an auth token"), "{err}");
         assert!(check_bind(&options("0.0.0.0", Some("s3cret"), false)).is_ok());
         assert!(check_bind(&options("0.0.0.0", None, true)).is_ok());
+    }
+
+    #[test]
+    fn refuses_an_executor_timeout_near_the_heartbeat() {
+        let mut o = options("127.0.0.1", None, false);
+        assert!(check_executor_timeout(&o).is_ok());
+        o.executor_timeout_seconds = MIN_EXECUTOR_TIMEOUT_SECONDS;
+        assert!(check_executor_timeout(&o).is_ok());
+        o.executor_timeout_seconds = EXECUTOR_HEARTBEAT_SECONDS;
+        let err = check_executor_timeout(&o).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--executor-timeout 5 is too short"),
+            "{err}"
+        );
     }
 }

@@ -42,7 +42,14 @@ pub struct Printer {
 
 impl Printer {
     /// Writes one statement's output to `out`.
+    /// A one-document output (EXPLAIN's JSON or SVG) is written as the
+    /// document itself in every format, so it can be piped to a file or a
+    /// JSON tool.
     pub fn write(&self, out: &mut dyn Write, output: &StatementOutput) -> Result<()> {
+        if let Some(document) = output.as_document() {
+            writeln!(out, "{}", document.trim_end())?;
+            return Ok(());
+        }
         match output {
             StatementOutput::Rows { schema, batches } => match self.format {
                 Format::Table => {
@@ -291,5 +298,14 @@ id,name,score
         assert_eq!(print(Format::Table, true, &done), "");
         assert_eq!(print(Format::Json, false, &done), "");
         assert_eq!(print(Format::Csv, false, &done), "");
+    }
+
+    #[test]
+    fn a_document_is_printed_as_it_is_in_every_format() {
+        let json = "{\n  \"version\": 1\n}";
+        let output = StatementOutput::document("plan_json", json);
+        for format in [Format::Table, Format::Json, Format::Csv] {
+            assert_eq!(print(format, false, &output), format!("{json}\n"));
+        }
     }
 }

@@ -244,6 +244,8 @@ fn merge_through_the_cli_runs_on_several_executor_processes() {
         "the matched rows were updated"
     );
 
+    explain_analyze_reports_the_executor_processes_figures(&cluster);
+
     // Table-format output and DDL messages as the embedded CLI prints them.
     let out = cluster.cli(None, &["-c", "CREATE SCHEMA other; SELECT 1 AS one"]);
     assert!(out.status.success());
@@ -548,4 +550,64 @@ fn progress_of_a_running_merge_per_stage() {
     );
     // Idle: no job.
     assert!(progress_report(cluster.flight_sql)["job"].is_null());
+}
+
+/// EXPLAIN ANALYZE (FORMAT JSON) through the CLI on executor processes: the
+/// CLI prints the document as it is, and its per-stage figures are those
+/// the executors reported (rows, shuffle files, data files, executor ids).
+fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
+    let out = cluster.cli(
+        None,
+        &[
+            "--format",
+            "json",
+            "-c",
+            "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t USING (SELECT 7 AS id) AS s
+             ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let context = serde_json::to_string_pretty(&doc).unwrap();
+    assert_eq!(doc["engine"], "cluster", "{context}");
+    assert_eq!(doc["merge"]["rows_updated"], 1, "{context}");
+    let stages = doc["stages"].as_array().unwrap();
+    let stage = |kind: &str| -> &serde_json::Value {
+        let found: Vec<_> = stages.iter().filter(|s| s["kind"] == kind).collect();
+        assert_eq!(found.len(), 1, "{kind}: {context}");
+        &found[0]["figures"]
+    };
+    let scan = stage("scan_target");
+    assert_eq!(scan["rows_in"], scan["rows_out"], "{context}");
+    assert_eq!(
+        scan["files_read"], doc["merge"]["files_scanned"],
+        "{context}"
+    );
+    assert_eq!(stage("join")["rows_out"], 1, "{context}");
+    let writer = stage("merge_writer");
+    assert_eq!(writer["rows_in"], 1, "{context}");
+    assert_eq!(
+        writer["files_read"], doc["merge"]["files_rewritten"],
+        "{context}"
+    );
+    assert_eq!(
+        writer["files_written"], doc["merge"]["files_added"],
+        "{context}"
+    );
+    for entry in stages.iter().filter(|s| s["kind"] != "commit") {
+        let figures = &entry["figures"];
+        if entry["pipelined"] == false {
+            assert!(figures["bytes_shuffled"].as_u64().unwrap() > 0, "{context}");
+        }
+        assert!(figures["wall_ms"].as_f64().unwrap() > 0.0, "{context}");
+        let executors = figures["executors"].as_array().unwrap();
+        assert!(
+            !executors.is_empty() && executors.iter().all(|e| e != "local"),
+            "{context}"
+        );
+    }
 }

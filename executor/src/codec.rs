@@ -16,13 +16,15 @@ use std::collections::HashMap;
 
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use icemerge_proto::{
-    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, WriteNode,
+    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, StageProbeNode,
+    WriteNode,
 };
 use prost::Message;
 
 use crate::merge_on_read::MergeOnReadWriterExec;
 use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
+use crate::stage_probe::StageProbeExec;
 use crate::write_exec::IcebergWriteExec;
 use icemerge_proto::error::internal;
 
@@ -163,6 +165,13 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     table, metadata, props, write_id, input,
                 )))
             }
+            Some(Node::StageProbe(probe)) => {
+                let input = inputs
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| internal("stage probe without input"))?;
+                Ok(Arc::new(StageProbeExec::new(probe.stage as usize, input)))
+            }
             None => Err(internal("empty icemerge plan node")),
         }
     }
@@ -229,6 +238,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 write_id: write.write_id.clone(),
                 file_rows: Default::default(),
                 file_deletes_json: Default::default(),
+            })
+        } else if let Some(probe) = node.as_any().downcast_ref::<StageProbeExec>() {
+            Node::StageProbe(StageProbeNode {
+                stage: probe.stage as u64,
             })
         } else {
             return self.fallback.try_encode(node, buf);

@@ -9,6 +9,8 @@
 //! - `deletes`: position and equality delete files, read and matched where
 //!   positions must be kept;
 //! - `live_rows`: one data file's live rows with their original positions;
+//! - `stage_probe`: `StageProbeExec`, the top of a stage, measuring it;
+//! - `task_figures`: a Ballista task's shuffle output and times;
 //! - `codec`: `IcemergePhysicalCodec`, how these operators cross the wire;
 //! - `file_io`: warehouse access from shipped FileIO properties;
 //! - `cleanup`: removal of uncommitted files;
@@ -23,6 +25,8 @@ pub mod merge_on_read;
 pub mod merge_writer;
 pub mod process;
 pub mod scan_exec;
+pub mod stage_probe;
+pub mod task_figures;
 pub mod write_exec;
 
 use datafusion::error::DataFusionError;

@@ -30,6 +30,7 @@ use datafusion_proto::protobuf::PhysicalPlanNode;
 use icemerge_proto::limits::{EXECUTOR_HEARTBEAT_SECONDS, MAX_MESSAGE_BYTES};
 
 use crate::codec::IcemergePhysicalCodec;
+use crate::task_figures::MeasuredStage;
 
 /// How an executor process is started.
 #[derive(Debug, Clone)]
@@ -93,7 +94,8 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
 }
 
 /// Ballista's execution engine, run on a private copy of the stage plan
-/// (a round trip through icemerge's physical codec) for every task.
+/// (a round trip through icemerge's physical codec) for every task, which
+/// also reports its shuffle output and times (`task_figures`).
 #[derive(Default)]
 pub struct FreshPlanEngine {
     inner: DefaultExecutionEngine,
@@ -116,7 +118,14 @@ impl ExecutionEngine for FreshPlanEngine {
             .with_default_features()
             .build();
         let fresh = node.try_into_physical_plan(&state.task_ctx(), &self.codec)?;
-        self.inner
-            .create_query_stage_exec(job_id, stage_id, partition_id, fresh, work_dir, config)
+        let stage = self.inner.create_query_stage_exec(
+            job_id,
+            stage_id,
+            partition_id,
+            fresh,
+            work_dir,
+            config,
+        )?;
+        Ok(Arc::new(MeasuredStage::new(stage)))
     }
 }

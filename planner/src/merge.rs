@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{
     AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction, MergeClauseKind,
     MergeInsertKind, ObjectName, Statement, TableFactor,
@@ -66,19 +66,48 @@ pub struct ClauseSummary {
 
 /// How an `EXPLAIN ... MERGE` wants its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExplainMerge {
-    /// The stage graph as text.
-    Text,
-    /// The stage graph as Graphviz DOT (`EXPLAIN (FORMAT GRAPHVIZ)`).
-    Dot,
-    /// Run the merge, then the stage graph with per-stage figures.
-    Analyze,
+pub struct ExplainMerge {
+    /// `EXPLAIN ANALYZE`: run the merge, then show the stage graph with
+    /// the figures of the run.
+    pub analyze: bool,
+    pub format: ExplainFormat,
 }
 
-/// Splits `EXPLAIN [ANALYZE] [(FORMAT GRAPHVIZ)] MERGE ...` into the mode and
-/// the MERGE text; `None` when `sql` is not an EXPLAIN of a MERGE.
-pub fn strip_explain_merge(sql: &str) -> Option<(ExplainMerge, String)> {
-    let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
+/// The rendering of an EXPLAIN of a MERGE (`(FORMAT ...)`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExplainFormat {
+    /// The stage graph as text (the default, `FORMAT TEXT`).
+    Text,
+    /// Graphviz DOT (`FORMAT GRAPHVIZ` or `FORMAT DOT`).
+    Graphviz,
+    /// One JSON document (`FORMAT JSON`).
+    Json,
+    /// An SVG picture (`FORMAT SVG`).
+    Svg,
+}
+
+impl ExplainFormat {
+    fn parse(name: &str) -> Result<Self> {
+        match name {
+            "TEXT" => Ok(Self::Text),
+            "GRAPHVIZ" | "DOT" => Ok(Self::Graphviz),
+            "JSON" => Ok(Self::Json),
+            "SVG" => Ok(Self::Svg),
+            other => Err(invalid_input(format!(
+                "EXPLAIN MERGE: unknown FORMAT '{other}'; expected TEXT, GRAPHVIZ, JSON or SVG"
+            ))),
+        }
+    }
+}
+
+/// Splits `EXPLAIN [ANALYZE] [(FORMAT TEXT|GRAPHVIZ|JSON|SVG)] MERGE ...`
+/// into the mode and the MERGE text; `None` when `sql` is not an EXPLAIN
+/// of a MERGE. An option list that is not one `FORMAT` of those is an
+/// error naming it.
+pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> {
+    let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
+        return Ok(None);
+    };
     let significant: Vec<usize> = (0..tokens.len())
         .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
         .collect();
@@ -86,34 +115,51 @@ pub fn strip_explain_merge(sql: &str) -> Option<(ExplainMerge, String)> {
         Some(Token::Word(w)) => w.value.to_uppercase(),
         Some(Token::LParen) => "(".into(),
         Some(Token::RParen) => ")".into(),
-        _ => String::new(),
+        Some(other) => other.to_string(),
+        None => String::new(),
     };
     if word(0) != "EXPLAIN" {
-        return None;
+        return Ok(None);
     }
     let mut k = 1;
-    let mut mode = ExplainMerge::Text;
+    let mut mode = ExplainMerge {
+        analyze: false,
+        format: ExplainFormat::Text,
+    };
     if word(k) == "ANALYZE" {
-        mode = ExplainMerge::Analyze;
+        mode.analyze = true;
         k += 1;
     }
+    let mut options = None;
     if word(k) == "(" {
-        if word(k + 1) != "FORMAT"
-            || !matches!(word(k + 2).as_str(), "GRAPHVIZ" | "DOT")
-            || word(k + 3) != ")"
-        {
-            return None;
-        }
-        mode = ExplainMerge::Dot;
-        k += 4;
+        let close = (k..significant.len()).find(|&i| word(i) == ")");
+        let Some(close) = close else {
+            return Ok(None);
+        };
+        options = Some((k + 1..close).map(word).collect::<Vec<_>>());
+        k = close + 1;
     }
     if word(k) != "MERGE" {
-        return None;
+        return Ok(None);
+    }
+    if let Some(options) = options {
+        match options.as_slice() {
+            [format, name] if format == "FORMAT" => mode.format = ExplainFormat::parse(name)?,
+            _ => return Err(unsupported_explain_option(&options)),
+        }
     }
     let start = significant[k];
-    Some((
+    Ok(Some((
         mode,
         tokens[start..].iter().map(|t| t.to_string()).collect(),
+    )))
+}
+
+/// The error for an EXPLAIN option list that is not one `FORMAT`.
+fn unsupported_explain_option(options: &[String]) -> DataFusionError {
+    invalid_input(format!(
+        "EXPLAIN MERGE: unsupported option ({}); expected (FORMAT TEXT|GRAPHVIZ|JSON|SVG)",
+        options.join(" ")
     ))
 }
 
@@ -654,6 +700,42 @@ pub(crate) fn target_column(expr: &Expr, target_alias: &str, columns: &[String])
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explain_merge_modes() {
+        let mode = |sql: &str| strip_explain_merge(sql).unwrap().map(|(m, _)| m);
+        let m = |analyze, format| Some(ExplainMerge { analyze, format });
+        assert_eq!(mode("EXPLAIN MERGE INTO t"), m(false, ExplainFormat::Text));
+        assert_eq!(
+            mode("explain analyze (format json) merge into t"),
+            m(true, ExplainFormat::Json)
+        );
+        assert_eq!(
+            mode("EXPLAIN (FORMAT GRAPHVIZ) MERGE INTO t"),
+            m(false, ExplainFormat::Graphviz)
+        );
+        assert_eq!(
+            mode("EXPLAIN ANALYZE (FORMAT SVG) MERGE INTO t"),
+            m(true, ExplainFormat::Svg)
+        );
+        assert_eq!(mode("EXPLAIN SELECT 1"), None);
+        assert_eq!(mode("EXPLAIN (FORMAT JSON) SELECT 1"), None);
+        let (_, rest) = strip_explain_merge("EXPLAIN  (FORMAT DOT) MERGE INTO t USING s")
+            .unwrap()
+            .unwrap();
+        assert_eq!(rest, "MERGE INTO t USING s");
+        for bad in [
+            "EXPLAIN (FORMAT XML) MERGE INTO t",
+            "EXPLAIN (COSTS OFF) MERGE INTO t",
+        ] {
+            let err = strip_explain_merge(bad).unwrap_err();
+            assert_eq!(
+                icemerge_proto::error::IcemergeError::kind_of(&err),
+                Some(icemerge_proto::error::ErrorKind::InvalidInput),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     fn bound(sql: &str) -> BoundMerge {
         bind_merge(parse_merge(sql).unwrap().expect("a MERGE")).unwrap()

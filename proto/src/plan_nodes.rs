@@ -9,7 +9,7 @@ use std::collections::HashMap;
 /// Envelope for every icemerge physical operator that crosses the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PhysicalNode {
-    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4")]
+    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4, 5")]
     pub node: Option<physical_node::Node>,
 }
 
@@ -28,6 +28,9 @@ pub mod physical_node {
         /// same fields as a write.
         #[prost(message, tag = "4")]
         MergeOnReadWrite(super::WriteNode),
+        /// `StageProbeExec`: the top of a stage of the stage graph.
+        #[prost(message, tag = "5")]
+        StageProbe(super::StageProbeNode),
     }
 }
 
@@ -97,4 +100,12 @@ pub struct WriteNode {
     /// a JSON array) of every data file the target scan reads that has any.
     #[prost(map = "string, string", tag = "6")]
     pub file_deletes_json: HashMap<String, String>,
+}
+
+/// `StageProbeExec`: measures the stage it tops (its input is the stage).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StageProbeNode {
+    /// The stage's id in the statement's stage graph.
+    #[prost(uint64, tag = "1")]
+    pub stage: u64,
 }

@@ -1,12 +1,33 @@
 //! EXPLAIN for MERGE on both engines: the stage graph names every stage's
-//! role, tasks and partitioning; GRAPHVIZ gives DOT; ANALYZE runs the merge
-//! (one new snapshot) and adds per-stage figures.
+//! role, tasks and partitioning; GRAPHVIZ gives DOT, JSON one document, SVG
+//! a picture; ANALYZE runs the merge (one new snapshot) and its per-stage
+//! figures are exact counts: the rows of the scanned files, the merge rows,
+//! the files written.
 
+use icemerge_planner::explain::{ExplainDocument, StageFigures, StageKind};
+use icemerge_scheduler::{EngineKind, Session, StatementOutput};
 use icemerge_tests::{open_session, query, ENGINES};
 
 const MERGE: &str =
     "MERGE INTO db.t USING (VALUES (2, 'B'), (9, 'new')) AS s(id, v) ON t.id = s.id \
                      WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *";
+
+async fn lines(session: &Session, sql: &str) -> Vec<String> {
+    query(session, sql)
+        .await
+        .into_iter()
+        .map(|r| r[0].clone())
+        .collect()
+}
+
+/// The one document of an EXPLAIN (FORMAT JSON|SVG).
+async fn document(session: &Session, sql: &str) -> String {
+    let output = session.execute_one(sql).await.unwrap();
+    output
+        .as_document()
+        .unwrap_or_else(|| panic!("not a document: {output:?}"))
+        .to_string()
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn explain_merge_shows_the_stage_graph() {
@@ -18,12 +39,9 @@ async fn explain_merge_shows_the_stage_graph() {
             .await
             .unwrap();
 
-        let text: Vec<String> = query(&session, &format!("EXPLAIN {MERGE}"))
+        let text = lines(&session, &format!("EXPLAIN {MERGE}"))
             .await
-            .into_iter()
-            .map(|r| r[0].clone())
-            .collect();
-        let text = text.join("\n");
+            .join("\n");
         for role in [
             "scan target (row-id)",
             "scan source",
@@ -40,31 +58,43 @@ async fn explain_merge_shows_the_stage_graph() {
             "writer input is partitioned by data file:\n{text}"
         );
         assert!(text.contains("tasks: "), "{text}");
+        assert!(!text.contains("StageProbeExec"), "{text}");
+
+        let dot = lines(&session, &format!("EXPLAIN (FORMAT GRAPHVIZ) {MERGE}")).await;
+        assert!(dot[0].starts_with("digraph"), "{dot:?}");
+        assert!(dot.iter().any(|l| l.contains("->")), "{dot:?}");
+
+        let plan: ExplainDocument = serde_json::from_str(
+            &document(&session, &format!("EXPLAIN (FORMAT JSON) {MERGE}")).await,
+        )
+        .unwrap();
+        assert!(!plan.analyzed);
+        assert_eq!(plan.stages.len(), 5, "{plan:?}");
+        assert!(plan.stages.iter().all(|s| s.figures.is_none()));
+
+        let svg = document(&session, &format!("EXPLAIN (FORMAT SVG) {MERGE}")).await;
+        assert_eq!(stage_boxes(&svg), vec![1, 2, 3, 4, 5], "{svg}");
+
         // EXPLAIN changes nothing.
         assert_eq!(
             query(&session, "SELECT count(*) FROM db.\"t$snapshots\"").await,
             vec![vec!["1"]]
         );
-
-        let dot: Vec<String> = query(&session, &format!("EXPLAIN (FORMAT GRAPHVIZ) {MERGE}"))
+        let err = session
+            .execute_one(&format!("EXPLAIN (FORMAT XML) {MERGE}"))
             .await
-            .into_iter()
-            .map(|r| r[0].clone())
-            .collect();
-        assert!(dot[0].starts_with("digraph"), "{dot:?}");
-        assert!(dot.iter().any(|l| l.contains("->")), "{dot:?}");
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown FORMAT 'XML'"), "{err}");
 
-        let analyze: Vec<String> = query(&session, &format!("EXPLAIN ANALYZE {MERGE}"))
+        let analyze = lines(&session, &format!("EXPLAIN ANALYZE {MERGE}"))
             .await
-            .into_iter()
-            .map(|r| r[0].clone())
-            .collect();
-        let analyze = analyze.join("\n");
+            .join("\n");
         assert!(
-            analyze.contains("Merge: updated=1, deleted=0, inserted=1"),
+            analyze.contains("Merge: count=2, updated=1, deleted=0, inserted=1"),
             "{engine:?}:\n{analyze}"
         );
-        assert!(analyze.contains("tasks="), "{analyze}");
+        assert!(analyze.contains("Per stage"), "{analyze}");
+        assert!(analyze.contains("Time: total="), "{analyze}");
         assert_eq!(
             query(&session, "SELECT count(*) FROM db.\"t$snapshots\"").await,
             vec![vec!["2"]]
@@ -115,5 +145,193 @@ async fn explain_merge_names_the_merge_on_read_writer() {
             query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
             vec![vec!["1", "a"], vec!["2", "B"], vec!["9", "new"]]
         );
+    }
+}
+
+/// The ids of the stage boxes of an SVG document, which must be valid XML.
+fn stage_boxes(svg: &str) -> Vec<usize> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let mut ids = vec![];
+    let mut depth = 0i32;
+    let mut root = None;
+    loop {
+        match reader
+            .read_event()
+            .unwrap_or_else(|e| panic!("invalid XML: {e}\n{svg}"))
+        {
+            Event::Start(e) => {
+                depth += 1;
+                let name = String::from_utf8(e.name().as_ref().to_vec()).unwrap();
+                root.get_or_insert(name.clone());
+                let attr = |key: &str| {
+                    e.try_get_attribute(key)
+                        .unwrap()
+                        .map(|a| a.unescape_value().unwrap().to_string())
+                };
+                if name == "g" && attr("class").as_deref() == Some("stage") {
+                    ids.push(attr("data-stage").unwrap().parse().unwrap());
+                }
+            }
+            Event::End(_) => depth -= 1,
+            Event::Eof => break,
+            _ => {}
+        }
+    }
+    assert_eq!(depth, 0, "unbalanced XML");
+    assert_eq!(root.as_deref(), Some("svg"));
+    ids.sort();
+    ids
+}
+
+const EXACT_MERGE: &str = "MERGE INTO db.t USING (VALUES (2, 'B'), (150, 'C'), (7, NULL), \
+     (300, 'new'), (301, 'new2')) AS s(id, v) ON t.id = s.id \
+     WHEN MATCHED AND s.v IS NULL THEN DELETE WHEN MATCHED THEN UPDATE SET v = s.v \
+     WHEN NOT MATCHED THEN INSERT *";
+
+fn figures(doc: &ExplainDocument, kind: StageKind) -> &StageFigures {
+    let stages: Vec<_> = doc.stages.iter().filter(|s| s.stage.kind == kind).collect();
+    assert_eq!(stages.len(), 1, "one {kind:?} stage in {doc:#?}");
+    stages[0]
+        .figures
+        .as_ref()
+        .unwrap_or_else(|| panic!("{kind:?} has no figures: {doc:#?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_analyze_counts_are_exact_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        // Two data files of 100 rows each.
+        session
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING);
+                 INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100);
+                 INSERT INTO db.t SELECT value, 'b' FROM generate_series(101, 200)",
+            )
+            .await
+            .unwrap();
+        let json = document(
+            &session,
+            &format!("EXPLAIN ANALYZE (FORMAT JSON) {EXACT_MERGE}"),
+        )
+        .await;
+        let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
+        let context = format!("{engine:?}:\n{json}");
+        assert!(doc.analyzed, "{context}");
+        let merge = doc.merge.as_ref().expect("merge figures");
+        let figure = |name: &str| {
+            merge
+                .get(name)
+                .unwrap_or_else(|| panic!("{name}: {context}"))
+        };
+        assert_eq!(
+            (
+                figure("count"),
+                figure("rows_updated"),
+                figure("rows_deleted"),
+                figure("rows_inserted")
+            ),
+            (5, 2, 1, 2),
+            "{context}"
+        );
+
+        // The target scan reads every row of the two files it scans.
+        let scan = figures(&doc, StageKind::ScanTarget);
+        assert_eq!((scan.rows_in, scan.rows_out), (Some(200), 200), "{context}");
+        assert_eq!(
+            (scan.files_read, figure("files_scanned")),
+            (2, 2),
+            "{context}"
+        );
+        assert!(scan.bytes_read > 0, "{context}");
+        let source = figures(&doc, StageKind::ScanSource);
+        assert_eq!(source.rows_out, 5, "{context}");
+        // The join sends one merge row per matched or inserted source row.
+        let join = figures(&doc, StageKind::Join);
+        assert_eq!(join.rows_in, Some(205), "{context}");
+        assert_eq!(join.rows_out, 3 + 2, "{context}");
+        // The writer takes every merge row, re-reads the two files it
+        // rewrites and writes what the commit adds.
+        let writer = figures(&doc, StageKind::MergeWriter);
+        assert_eq!(writer.rows_in, Some(5), "{context}");
+        assert_eq!(writer.files_read, figure("files_rewritten"), "{context}");
+        assert_eq!(writer.files_read, 2, "{context}");
+        assert_eq!(writer.files_written, figure("files_added"), "{context}");
+        assert_eq!(writer.bytes_written, figure("bytes_written"), "{context}");
+        let commit = figures(&doc, StageKind::Commit);
+        assert_eq!(commit.rows_in, Some(writer.rows_out), "{context}");
+
+        // Time: every stage that did work took some; none outlasts the
+        // statement; together they are the statement's order of magnitude.
+        let timing = doc.timing.as_ref().expect("timing");
+        let mut covered = 0.0;
+        for entry in &doc.stages {
+            let f = entry.figures.as_ref().expect("every stage ran");
+            assert!(f.tasks > 0, "stage {}: {context}", entry.stage.id);
+            assert!(f.wall_ms > 0.0, "stage {} wall: {context}", entry.stage.id);
+            assert!(f.cpu_ms > 0.0, "stage {} cpu: {context}", entry.stage.id);
+            assert!(
+                f.start_ms + f.wall_ms <= timing.run_ms + timing.commit_ms + 1.0,
+                "stage {} ends after the statement: {context}",
+                entry.stage.id
+            );
+            covered += f.wall_ms;
+        }
+        assert!(
+            timing.plan_ms + timing.run_ms + timing.commit_ms <= timing.total_ms + 0.01,
+            "{context}"
+        );
+        assert!(
+            covered * 10.0 >= timing.total_ms,
+            "stages cover {covered} of {} ms: {context}",
+            timing.total_ms
+        );
+        match engine {
+            EngineKind::Local => {
+                assert!(doc.stages.iter().all(|s| s
+                    .figures
+                    .as_ref()
+                    .unwrap()
+                    .bytes_shuffled
+                    .is_none()));
+            }
+            EngineKind::Cluster => {
+                let executors = &session.cluster().unwrap().executor_ids;
+                for entry in doc
+                    .stages
+                    .iter()
+                    .filter(|s| s.stage.kind != StageKind::Commit)
+                {
+                    let f = entry.figures.as_ref().unwrap();
+                    assert!(entry.stage.ballista_stage.is_some(), "{context}");
+                    assert!(
+                        f.bytes_shuffled.unwrap_or(0) > 0,
+                        "stage {}: {context}",
+                        entry.stage.id
+                    );
+                    assert!(
+                        f.executors.iter().all(|e| executors.contains(e)),
+                        "{context}"
+                    );
+                }
+            }
+        }
+
+        // The same figures as an SVG picture, one box per stage.
+        let svg = session
+            .last_run()
+            .map(|doc| icemerge_planner::explain::render_svg(&doc))
+            .unwrap();
+        assert_eq!(stage_boxes(&svg), vec![1, 2, 3, 4, 5]);
+        assert!(svg.contains("rows: 200 in, 200 out"), "{svg}");
+        assert!(matches!(
+            session
+                .execute_one(&format!("EXPLAIN ANALYZE (FORMAT SVG) {EXACT_MERGE}"))
+                .await
+                .unwrap(),
+            StatementOutput::Rows { .. }
+        ));
     }
 }

@@ -15,6 +15,8 @@ pub(crate) struct WriterMetrics {
     pub files_added: Count,
     /// Position delete files written (merge-on-read).
     pub delete_files_added: Count,
+    /// Data files opened for a rewrite.
+    pub files_read: Count,
     pub bytes_read: Count,
     pub bytes_written: Count,
 }
@@ -31,6 +33,7 @@ impl WriterMetrics {
             files_removed: c("files_removed"),
             files_added: c("files_added"),
             delete_files_added: c("delete_files_added"),
+            files_read: c("files_read"),
             bytes_read: c("bytes_read"),
             bytes_written: c("bytes_written"),
         }

@@ -155,6 +155,7 @@ impl FileRewriter {
             .map_err(iceberg_err)?
             .size;
         metrics.bytes_read.add(size as usize);
+        metrics.files_read.add(1);
         let schema = self.schema.clone();
         let task = FileScanTask {
             file_size_in_bytes: size,

@@ -8,6 +8,7 @@
 //! - `in_process_cluster`: a scheduler and executors in this process;
 //! - `job_control`: the running job, and cancelling it;
 //! - `task_ledger`: finished tasks and executor liveness;
+//! - `stage_figures`: per-stage figures of a run, from the stage probes;
 //! - `task_tracker`: tasks running now (a failed job is drained before
 //!   cleanup);
 //! - `executor_watch`: a job whose executor falls silent is cancelled.
@@ -16,6 +17,7 @@ mod executor_watch;
 mod in_process_cluster;
 mod job_control;
 mod shipped_plan;
+mod stage_figures;
 mod task_ledger;
 mod task_tracker;
 
@@ -39,6 +41,7 @@ use shipped_plan::ShippedPlanNode;
 pub use in_process_cluster::InProcessCluster;
 pub use job_control::{cancel_job, ActiveStatement, JobControl, CANCELLED};
 pub use shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec, ShippedPlanQueryPlanner};
+pub use stage_figures::{now_nanos, FigureCollector};
 pub use task_ledger::{ExecutorLiveness, TaskLedger, TaskRecord};
 pub use task_tracker::{TaskTracker, TrackingEngine};
 

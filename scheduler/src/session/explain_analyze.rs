@@ -1,41 +1,118 @@
-//! `EXPLAIN ANALYZE MERGE`: the stage graph followed by the figures of the
-//! run just made — per Ballista stage from the task ledger on a cluster,
-//! per plan stage from the operators' metrics on the local engine — and the
-//! merge's own figures.
+//! EXPLAIN of a MERGE in its four formats, and what EXPLAIN ANALYZE adds to
+//! the run's stage graph: the commit stage's figures (it runs on the
+//! coordinator, after the job), the merge's result figures and where the
+//! statement's time went.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::time::Duration;
 
-use icemerge_planner::explain::{self, Stage};
+use arrow::array::{Array, UInt64Array};
+use icemerge_planner::explain::{
+    human_ms, render_dot, render_figures, render_svg, render_text, ExplainDocument, NamedFigures,
+    StageFigures, StageKind, Timing,
+};
+use icemerge_planner::merge::ExplainFormat;
 
-use crate::engine::TaskRecord;
+use crate::engine::now_nanos;
 use crate::merge::MergeOutcome;
 
 use super::metrics::OperatorMetrics;
+use super::StatementOutput;
 
-/// The text of EXPLAIN ANALYZE. `tasks` are the job's finished tasks on a
-/// cluster (None on the local engine, where the plan's own metrics are read).
-pub(super) fn render_analyze(
-    stages: &[Stage],
-    tasks: Option<Vec<TaskRecord>>,
+/// When the commit ran and the CPU time it took.
+pub(super) struct CommitRun {
+    /// Nanoseconds since the Unix epoch.
+    pub started: i64,
+    pub ended: i64,
+    pub cpu: Duration,
+}
+
+/// The run's stage graph and figures (`run`) completed for a MERGE: the
+/// commit stage, the result row's figures, and the timing from the
+/// statement's start (`times.0`) and the end of planning (`times.1`).
+pub(super) fn analyzed_merge(
+    mut run: ExplainDocument,
+    row: &StatementOutput,
+    metrics: &OperatorMetrics,
+    files_pruned: u64,
+    times: (i64, i64),
+    commit: &CommitRun,
+) -> ExplainDocument {
+    let (started, planned) = times;
+    let ms = |nanos: i64| nanos.max(0) as f64 / 1e6;
+    let run_ms = run.timing.as_ref().map_or(0.0, |t| t.run_ms);
+    let fragments: u64 = run
+        .stages
+        .iter()
+        .filter(|s| s.stage.kind == StageKind::MergeWriter)
+        .filter_map(|s| s.figures.as_ref().map(|f| f.rows_out))
+        .sum();
+    if let Some(entry) = run
+        .stages
+        .iter_mut()
+        .find(|s| s.stage.kind == StageKind::Commit)
+    {
+        let wall_ms = ms(commit.ended - commit.started);
+        entry.figures = Some(StageFigures {
+            tasks: 1,
+            executors: vec!["coordinator".into()],
+            rows_in: Some(fragments),
+            start_ms: ms(commit.started - planned),
+            wall_ms,
+            cpu_ms: commit.cpu.as_secs_f64() * 1e3,
+            slowest_task_ms: wall_ms,
+            median_task_ms: wall_ms,
+            ..Default::default()
+        });
+    }
+    let mut figures = row_figures(row);
+    figures.push(("files_pruned".into(), files_pruned));
+    figures.push((
+        "files_rewritten".into(),
+        metrics.get("files_rewritten") as u64,
+    ));
+    run.merge = Some(NamedFigures(figures));
+    run.timing = Some(Timing {
+        total_ms: ms(now_nanos() - started),
+        plan_ms: ms(planned - started),
+        run_ms,
+        commit_ms: ms(commit.ended - commit.started),
+    });
+    run
+}
+
+/// The named figures of a one-row output (the MERGE result row).
+fn row_figures(row: &StatementOutput) -> Vec<(String, u64)> {
+    let StatementOutput::Rows { schema, batches } = row else {
+        return vec![];
+    };
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else {
+        return vec![];
+    };
+    schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .filter_map(|(field, column)| {
+            let values = column.as_any().downcast_ref::<UInt64Array>()?;
+            (!values.is_null(0)).then(|| (field.name().clone(), values.value(0)))
+        })
+        .collect()
+}
+
+/// The `Merge:` line of EXPLAIN ANALYZE's text: the result row's figures
+/// and the files pruned and rewritten.
+pub(super) fn merge_line(
     outcome: &MergeOutcome,
     metrics: &OperatorMetrics,
     files_pruned: u64,
-    elapsed: Duration,
+    document: &ExplainDocument,
 ) -> String {
-    let mut text = explain::render_text(stages);
-    let _ = writeln!(
-        text,
-        "\nPer stage (rows out of the stage's top operator, tasks, time):"
-    );
-    match tasks {
-        Some(tasks) => write_ballista_stages(&mut text, tasks),
-        None => write_plan_stages(&mut text, stages),
-    }
-    let _ = writeln!(
-        text,
-        "Merge: updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
+    let count =
+        outcome.stat("rows_updated") + outcome.stat("rows_deleted") + outcome.stat("rows_inserted");
+    let total = document.timing.as_ref().map_or(0.0, |t| t.total_ms);
+    format!(
+        "Merge: count={count}, updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
         outcome.stat("rows_updated"),
         outcome.stat("rows_deleted"),
         outcome.stat("rows_inserted"),
@@ -50,60 +127,41 @@ pub(super) fn render_analyze(
         outcome.stat("bytes_written"),
         outcome.commit_attempts,
         outcome.reexecutions,
-        elapsed.as_millis()
-    );
-    text
+        total.round() as u64
+    )
 }
 
-/// One line per Ballista stage of the job, summed over its tasks.
-fn write_ballista_stages(text: &mut String, tasks: Vec<TaskRecord>) {
-    let mut by_stage: BTreeMap<usize, Vec<TaskRecord>> = BTreeMap::new();
-    for task in tasks {
-        by_stage.entry(task.stage_id).or_default().push(task);
-    }
-    for (id, tasks) in by_stage {
-        let executors: BTreeSet<_> = tasks.iter().map(|t| t.executor_id.clone()).collect();
-        let sum = |name: &str| -> usize {
-            tasks
-                .iter()
-                .flat_map(|t| t.metrics.first())
-                .map(|m| m.sum_by_name(name).map(|v| v.as_usize()).unwrap_or(0))
-                .sum()
-        };
-        let _ = writeln!(
-            text,
-            "  ballista stage {id}: tasks={}, executors={}, rows_in={}, rows_out={}, bytes_shuffled={}, time={}ms",
-            tasks.len(),
-            executors.len(),
-            sum("input_rows"),
-            sum("output_rows"),
-            sum("write_bytes").max(sum("output_bytes")),
-            sum("write_time").max(sum("elapsed_compute")) / 1_000_000,
-        );
-    }
-}
-
-/// One line per stage of the plan, from its operators' metrics.
-fn write_plan_stages(text: &mut String, stages: &[Stage]) {
-    for stage in stages.iter().filter(|s| !s.nodes.is_empty()) {
-        let metrics = stage.nodes[0].metrics();
-        let rows_out = metrics.as_ref().and_then(|m| m.output_rows()).unwrap_or(0);
-        let time = metrics
-            .as_ref()
-            .and_then(|m| m.elapsed_compute())
-            .unwrap_or(0);
-        let rows_in: usize = stage
-            .nodes
-            .last()
-            .and_then(|n| n.metrics())
-            .and_then(|m| m.output_rows())
-            .unwrap_or(0);
-        let _ = writeln!(
-            text,
-            "  stage {}: tasks={}, rows_in={rows_in}, rows_out={rows_out}, compute={}ms",
-            stage.id,
-            stage.tasks,
-            time / 1_000_000
-        );
+/// EXPLAIN's output in `format`. Text: the graph and, when analyzed, the
+/// per-stage figures, `merge_line` and the timing. JSON and SVG: one row
+/// holding the whole document (columns `plan_json`, `plan_svg`).
+pub(super) fn render_explain(
+    document: &ExplainDocument,
+    format: ExplainFormat,
+    merge_line: &str,
+) -> StatementOutput {
+    match format {
+        ExplainFormat::Text => {
+            let stages: Vec<_> = document.stages.iter().map(|s| s.stage.clone()).collect();
+            let mut text = render_text(&stages);
+            if document.analyzed {
+                text.push('\n');
+                text.push_str(&render_figures(document));
+                let _ = writeln!(text, "{merge_line}");
+                if let Some(t) = &document.timing {
+                    let _ = writeln!(
+                        text,
+                        "Time: total={}, plan={}, run={}, commit={}",
+                        human_ms(t.total_ms),
+                        human_ms(t.plan_ms),
+                        human_ms(t.run_ms),
+                        human_ms(t.commit_ms)
+                    );
+                }
+            }
+            StatementOutput::text("plan", &text)
+        }
+        ExplainFormat::Graphviz => StatementOutput::text("plan", &render_dot(document)),
+        ExplainFormat::Json => StatementOutput::document("plan_json", &document.to_json()),
+        ExplainFormat::Svg => StatementOutput::document("plan_svg", &render_svg(document)),
     }
 }

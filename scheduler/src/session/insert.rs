@@ -24,7 +24,7 @@ impl Session {
         let metadata = writer.metadata.clone();
         let write_id = writer.write_id.clone();
         let result = async {
-            let batches = self.run_plan(plan).await?;
+            let batches = self.run_plan_of(plan, "insert").await?;
             let files = data_files_from_batches(&metadata, &batches)?;
             let rows: u64 = files.iter().map(|f| f.record_count()).sum();
             if !files.is_empty() {

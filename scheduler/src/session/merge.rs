@@ -12,24 +12,27 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{Merge, TableFactor};
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
-use icemerge_planner::explain;
+use icemerge_executor::stage_probe::measure_thread_cpu;
+use icemerge_planner::explain::{stage_graph, ExplainDocument};
 use icemerge_planner::merge::ExplainMerge;
 
 use crate::commit::{CommitOutcome, Conflict};
+use crate::engine::now_nanos;
 use crate::merge::{
     collect_fragments, commit_merge, discard_failed, discard_uncommitted, plan_merge, MergeOutcome,
     PlannedMerge,
 };
 
 use super::commit_pause::pause_before_commit;
-use super::explain_analyze::render_analyze;
+use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::options::IcemergeOptions;
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{conflict, invalid_input, not_found};
 
-/// One execution of a merge: committed, or refused by validation.
+/// One execution of a merge: committed (with when the commit ran), or
+/// refused by validation.
 enum Execution {
-    Committed(MergeOutcome),
+    Committed(MergeOutcome, CommitRun),
     Conflict(Conflict),
 }
 
@@ -40,23 +43,23 @@ impl Session {
         merge: Merge,
         explain: Option<ExplainMerge>,
     ) -> Result<StatementOutput> {
+        let started = now_nanos();
         let target = self.merge_target(&merge).await?;
-        if let Some(mode @ (ExplainMerge::Text | ExplainMerge::Dot)) = explain {
+        if let Some(mode) = explain.filter(|e| !e.analyze) {
             let planned = self.plan_merge_on(&target, merge).await?;
-            let stages = explain::stages(&planned.plan, true);
-            let text = match mode {
-                ExplainMerge::Dot => explain::render_dot(&stages),
-                _ => explain::render_text(&stages),
-            };
-            return Ok(StatementOutput::text("plan", &text));
+            let graph = stage_graph(&planned.plan, true)?;
+            let document = ExplainDocument::plan("merge", self.engine_name(), &graph.stages);
+            return Ok(render_explain(&document, mode.format, ""));
         }
         let options = self.icemerge_options();
-        let started = std::time::Instant::now();
         let mut reexecutions = 0;
-        let (planned, mut outcome) = loop {
+        let (planned, planned_at, mut outcome, commit) = loop {
             let planned = self.plan_merge_on(&target, merge.clone()).await?;
+            let planned_at = now_nanos();
             match self.execute_merge(&planned, &options).await {
-                Ok(Execution::Committed(outcome)) => break (planned, outcome),
+                Ok(Execution::Committed(outcome, commit)) => {
+                    break (planned, planned_at, outcome, commit)
+                }
                 Ok(Execution::Conflict(found)) => {
                     discard_failed(&planned, false); // the job finished: no task lingers
                     if !planned.deterministic_source
@@ -77,23 +80,32 @@ impl Session {
         let committed: Vec<_> = outcome.added.iter().chain(&outcome.added_deletes).collect();
         discard_uncommitted(&planned, &committed);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
-        if explain == Some(ExplainMerge::Analyze) {
-            let stages = explain::stages(&planned.plan, true);
-            let tasks = match (self.engine.ledger(), self.last_job_id()) {
-                (Some(ledger), Some(job)) => Some(ledger.tasks_of(&job)),
-                _ => None,
-            };
-            let text = render_analyze(
-                &stages,
-                tasks,
-                &outcome,
+        let row = StatementOutput::merge(&outcome, files_scanned);
+        let document = self.last_run().map(|run| {
+            analyzed_merge(
+                run,
+                &row,
                 &self.last_metrics(),
                 planned.files_pruned,
-                started.elapsed(),
-            );
-            return Ok(StatementOutput::text("plan", &text));
+                (started, planned_at),
+                &commit,
+            )
+        });
+        if let Some(document) = &document {
+            *self.last_run.lock().expect("lock") = Some(Box::new(document.clone()));
         }
-        Ok(StatementOutput::merge(&outcome, files_scanned))
+        match (explain, document) {
+            (Some(mode), Some(document)) => {
+                let line = merge_line(
+                    &outcome,
+                    &self.last_metrics(),
+                    planned.files_pruned,
+                    &document,
+                );
+                Ok(render_explain(&document, mode.format, &line))
+            }
+            _ => Ok(row),
+        }
     }
 
     /// The MERGE's target table, which must exist.
@@ -143,17 +155,26 @@ impl Session {
         planned: &PlannedMerge,
         options: &IcemergeOptions,
     ) -> Result<Execution> {
-        let batches = self.run_plan(planned.plan.clone()).await?;
+        let graph = stage_graph(&planned.plan, true)?;
+        let batches = self.run_plan(&graph, "merge").await?;
         let mut outcome = collect_fragments(&planned.base, &batches)?;
         if let Some(dir) = &options.test_pause_before_commit {
             pause_before_commit(dir).await?;
         }
-        match commit_merge(&self.catalog, planned, &outcome).await? {
+        let commit_started = now_nanos();
+        let (committed, cpu) =
+            measure_thread_cpu(commit_merge(&self.catalog, planned, &outcome)).await;
+        let commit = CommitRun {
+            started: commit_started,
+            ended: now_nanos(),
+            cpu,
+        };
+        match committed? {
             CommitOutcome::Committed { attempts, .. } => {
                 outcome.commit_attempts = attempts as u64;
-                Ok(Execution::Committed(outcome))
+                Ok(Execution::Committed(outcome, commit))
             }
-            CommitOutcome::NothingToCommit => Ok(Execution::Committed(outcome)),
+            CommitOutcome::NothingToCommit => Ok(Execution::Committed(outcome, commit)),
             CommitOutcome::Conflict(found) => Ok(Execution::Conflict(found)),
         }
     }

@@ -35,18 +35,21 @@ use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::Catalog;
 use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
+use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph, Timing};
 use icemerge_planner::merge as merge_sql;
 
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
 use crate::catalog::{open_catalog, IcebergCatalogProvider, OpenCatalog};
-use crate::engine::{Engine, EngineKind, InProcessCluster, JobControl, SchedulerTarget};
+use crate::engine::{
+    now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl, SchedulerTarget,
+};
 use icemerge_proto::error::invalid_input;
 use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
 pub use options::{cores, local_session_config, session_config, IcemergeOptions, SessionOptions};
-pub use output::StatementOutput;
+pub use output::{StatementOutput, DOCUMENT_COLUMNS};
 
 /// A SQL session on one catalog and engine.
 pub struct Session {
@@ -56,6 +59,8 @@ pub struct Session {
     engine: Engine,
     last_job: Mutex<Option<String>>,
     last_metrics: Mutex<OperatorMetrics>,
+    /// The stage graph and figures of the last plan run.
+    last_run: Mutex<Option<Box<ExplainDocument>>>,
     control: JobControl,
     /// The memory budget statements run in, as an error names it.
     budget: String,
@@ -153,6 +158,7 @@ impl Session {
             last_job: Mutex::new(None),
             control: JobControl::default(),
             last_metrics: Mutex::new(OperatorMetrics::default()),
+            last_run: Mutex::new(None),
             budget,
         })
     }
@@ -184,6 +190,20 @@ impl Session {
     /// (e.g. `files_scanned`, `bytes_scanned`, `rows_written`).
     pub fn last_metrics(&self) -> OperatorMetrics {
         self.last_metrics.lock().expect("lock").clone()
+    }
+
+    /// The stage graph and per-stage figures of the last plan run (for a
+    /// MERGE, with its commit, result figures and timing).
+    pub fn last_run(&self) -> Option<ExplainDocument> {
+        self.last_run.lock().expect("lock").as_deref().cloned()
+    }
+
+    /// `local` or `cluster`.
+    pub fn engine_name(&self) -> &'static str {
+        match self.engine {
+            Engine::Local => "local",
+            Engine::Cluster(_) | Engine::Scheduler(_) => "cluster",
+        }
     }
 
     /// Runs every statement of `sql` in order; stops at the first error.
@@ -232,7 +252,7 @@ impl Session {
         if let Some(create) = parse_create_table(sql)? {
             return self.create_table(create).await;
         }
-        if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql) {
+        if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql)? {
             let merge = merge_sql::parse_merge(&merge_sql)?
                 .ok_or_else(|| invalid_input("EXPLAIN: expected a MERGE statement"))?;
             return self.run_merge(merge, Some(mode)).await;
@@ -300,30 +320,60 @@ impl Session {
             return Ok(StatementOutput::count(rows));
         }
         let schema = physical.schema();
-        let batches = self.run_plan(physical).await?;
+        let batches = self.run_plan_of(physical, "query").await?;
         Ok(StatementOutput::Rows { schema, batches })
     }
 
-    /// Runs a physical plan on the engine and records its job and metrics.
-    async fn run_plan(&self, plan: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>> {
+    /// Cuts `plan` into its stage graph and runs it (`run_plan`).
+    async fn run_plan_of(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        statement: &str,
+    ) -> Result<Vec<RecordBatch>> {
+        let graph = stage_graph(&plan, false)?;
+        self.run_plan(&graph, statement).await
+    }
+
+    /// Runs a stage graph's plan on the engine and records its job, its
+    /// operator counters and its per-stage figures (`last_run`).
+    async fn run_plan(&self, graph: &StageGraph, statement: &str) -> Result<Vec<RecordBatch>> {
+        let mut document = ExplainDocument::plan(statement, self.engine_name(), &graph.stages);
+        let started = now_nanos();
         let run = self
             .engine
-            .run(&self.ctx, plan.clone(), &self.control)
+            .run(&self.ctx, graph.plan.clone(), &self.control)
             .await?;
-        let metrics = match (self.engine.ledger(), &run.job_id) {
+        let run_ms = (now_nanos() - started) as f64 / 1e6;
+        let (metrics, figures) = match (self.engine.ledger(), &run.job_id) {
             (Some(ledger), Some(job)) => {
+                let tasks = ledger.tasks_of(job);
                 let mut totals = OperatorMetrics::default();
-                for task in ledger.tasks_of(job) {
-                    for set in &task.metrics {
-                        totals.add(set);
-                    }
+                for set in tasks.iter().flat_map(|t| &t.metrics) {
+                    totals.add(set);
                 }
-                totals
+                (totals, FigureCollector::from_tasks(&tasks))
             }
-            _ => OperatorMetrics::from_plan(plan.as_ref()),
+            _ => (
+                OperatorMetrics::from_plan(graph.plan.as_ref()),
+                FigureCollector::from_plan(&graph.plan),
+            ),
         };
+        document.analyzed = true;
+        for (entry, figures) in document
+            .stages
+            .iter_mut()
+            .zip(figures.figures(&graph.stages, started))
+        {
+            entry.figures = figures;
+        }
+        document.timing = Some(Timing {
+            total_ms: run_ms,
+            run_ms,
+            ..Default::default()
+        });
         *self.last_job.lock().expect("lock") = run.job_id.clone();
         *self.last_metrics.lock().expect("lock") = metrics;
+        *self.last_run.lock().expect("lock") = Some(Box::new(document));
         Ok(run.batches)
     }
 }

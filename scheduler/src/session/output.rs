@@ -9,6 +9,9 @@ use arrow::record_batch::RecordBatch;
 
 use crate::merge::MergeOutcome;
 
+/// The columns of a one-document output: EXPLAIN's JSON and SVG.
+pub const DOCUMENT_COLUMNS: [&str; 2] = ["plan_json", "plan_svg"];
+
 /// What a statement produced.
 #[derive(Debug, Clone)]
 pub enum StatementOutput {
@@ -42,6 +45,30 @@ impl StatementOutput {
         let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
         let column: ArrayRef = Arc::new(StringArray::from(text.lines().collect::<Vec<_>>()));
         Self::one_batch(schema, vec![column])
+    }
+
+    /// One row, one text column `name` holding a whole document (EXPLAIN's
+    /// JSON or SVG): the CLI prints it as it is.
+    pub fn document(name: &str, text: &str) -> Self {
+        let schema = Arc::new(Schema::new(vec![Field::new(name, DataType::Utf8, false)]));
+        let column: ArrayRef = Arc::new(StringArray::from(vec![text]));
+        Self::one_batch(schema, vec![column])
+    }
+
+    /// The document of a [`StatementOutput::document`] output.
+    pub fn as_document(&self) -> Option<&str> {
+        let StatementOutput::Rows { schema, batches } = self else {
+            return None;
+        };
+        let [field] = schema.fields().iter().collect::<Vec<_>>()[..] else {
+            return None;
+        };
+        if !DOCUMENT_COLUMNS.contains(&field.name().as_str()) {
+            return None;
+        }
+        let batch = batches.iter().find(|b| b.num_rows() == 1)?;
+        let text = batch.column(0).as_any().downcast_ref::<StringArray>()?;
+        Some(text.value(0))
     }
 
     /// The row of an INSERT: how many rows it wrote.

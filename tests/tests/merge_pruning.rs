@@ -217,7 +217,7 @@ async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
         .await;
         assert_eq!(
             &rows[0],
-            &["100", "0", "100", "0", "0", "1", "1", "0", "0", "0"],
+            &["100", "0", "100", "0", "0", "1", "1", "0", "0", "0", "1", "0"],
             "{engine:?}"
         );
         assert_eq!(

@@ -170,21 +170,11 @@ impl SqlCatalog {
 
     /// `?` placeholders as the database wants them.
     fn sql(&self, text: &str) -> String {
-        if !self.postgres {
-            return text.to_string();
+        if self.postgres {
+            dollar_placeholders(text)
+        } else {
+            text.to_string()
         }
-        let mut out = String::with_capacity(text.len() + 16);
-        let mut n = 0;
-        for c in text.chars() {
-            if c == '?' {
-                n += 1;
-                out.push('$');
-                out.push_str(&n.to_string());
-            } else {
-                out.push(c);
-            }
-        }
-        out
     }
 
     /// The condition selecting table rows (not views) of `iceberg_tables`.
@@ -780,4 +770,21 @@ impl Catalog for SqlCatalog {
             Err(e) => Err(sql_error("committing", e)),
         }
     }
+}
+
+/// `?` placeholders numbered as Postgres wants them (`$1`, `$2`, ...); the
+/// catalog's queries have no `?` inside literals.
+pub(crate) fn dollar_placeholders(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }

@@ -12,6 +12,7 @@
 //! `SQLITE_BUSY_TIMEOUT` for another process's lock on the database file
 //! instead of failing with "database is locked".
 
+use crate::catalog::sql_catalog::dollar_placeholders;
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
@@ -59,20 +60,7 @@ fn bind_style(uri: &str) -> Result<BindStyle> {
 fn placeholders(sql: &str, style: BindStyle) -> String {
     match style {
         BindStyle::QMark => sql.to_string(),
-        BindStyle::DollarNumeric => {
-            let mut out = String::with_capacity(sql.len() + 8);
-            let mut n = 0;
-            for c in sql.chars() {
-                if c == '?' {
-                    n += 1;
-                    out.push('$');
-                    out.push_str(&n.to_string());
-                } else {
-                    out.push(c);
-                }
-            }
-            out
-        }
+        BindStyle::DollarNumeric => dollar_placeholders(sql),
     }
 }
 

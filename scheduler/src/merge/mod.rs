@@ -37,7 +37,7 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
-use icemerge_executor::merge_writer::CopyOnWriteWriterExec;
+use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
 use icemerge_planner::source_keys::source_key_probe;
 use icemerge_planner::write_mode::{mode_of, WriteMode, MERGE_MODE};
@@ -151,36 +151,19 @@ pub async fn plan_merge(
         None => ConflictFilter::WholeTable,
     };
 
-    // Stage D's input: every merge row of one data file goes to one writer;
-    // inserts (no file) are spread by the route column.
-    let route = classified.schema().index_of(ROUTE_COLUMN)?;
-    let exchange = Arc::new(RepartitionExec::try_new(
-        classified,
-        Partitioning::Hash(
-            vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
-            writers.max(1),
-        ),
-    )?);
     let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
-    let writer: Arc<dyn ExecutionPlan> = match mode {
-        WriteMode::CopyOnWrite => Arc::new(
-            CopyOnWriteWriterExec::new(
-                table_name.clone(),
-                base.metadata_ref(),
-                file_io_props,
-                write_id.clone(),
-                exchange,
-            )
-            .with_targets(targets),
-        ),
-        WriteMode::MergeOnRead => Arc::new(MergeOnReadWriterExec::new(
-            table_name.clone(),
-            base.metadata_ref(),
+    let writer = writer_stage(
+        mode,
+        classified,
+        writers,
+        targets,
+        WriterTable {
+            name: &table_name,
+            base: &base,
             file_io_props,
-            write_id.clone(),
-            exchange,
-        )),
-    };
+            write_id: &write_id,
+        },
+    )?;
     Ok(PlannedMerge {
         bound,
         base,
@@ -191,5 +174,48 @@ pub async fn plan_merge(
         conflict_filter,
         deterministic_source,
         isolation,
+    })
+}
+
+/// The table a merge's writer stage writes into.
+struct WriterTable<'a> {
+    name: &'a str,
+    base: &'a Table,
+    file_io_props: std::collections::HashMap<String, String>,
+    write_id: &'a str,
+}
+
+/// Stage D: the exchange that sends every merge row of one data file to one
+/// writer (inserts, which have no file, spread by the route column), and
+/// the writer of the table's write mode on top.
+fn writer_stage(
+    mode: WriteMode,
+    classified: Arc<dyn ExecutionPlan>,
+    writers: usize,
+    targets: TargetFiles,
+    table: WriterTable<'_>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let route = classified.schema().index_of(ROUTE_COLUMN)?;
+    let exchange = Arc::new(RepartitionExec::try_new(
+        classified,
+        Partitioning::Hash(
+            vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
+            writers.max(1),
+        ),
+    )?);
+    let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
+    let write_id = table.write_id.to_string();
+    Ok(match mode {
+        WriteMode::CopyOnWrite => Arc::new(
+            CopyOnWriteWriterExec::new(name, metadata, table.file_io_props, write_id, exchange)
+                .with_targets(targets),
+        ),
+        WriteMode::MergeOnRead => Arc::new(MergeOnReadWriterExec::new(
+            name,
+            metadata,
+            table.file_io_props,
+            write_id,
+            exchange,
+        )),
     })
 }

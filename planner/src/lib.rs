@@ -1,7 +1,9 @@
-//! icemerge-planner: SQL statements → plans. DDL parsing,
+//! icemerge-planner: SQL statements → plans. DDL parsing (CREATE TABLE,
+//! ALTER TABLE's properties),
 //! MERGE binding and classification, the source-key probe for dynamic
 //! pruning, the tables' row-level write modes, and EXPLAIN rendering.
 
+pub mod alter_table;
 pub mod ddl;
 pub mod explain;
 pub mod merge;

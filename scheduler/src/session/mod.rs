@@ -1,6 +1,7 @@
 //! A `Session` runs SQL statements against the Iceberg catalog on one engine.
 //! It owns the DataFusion context (with the Iceberg catalog as its default
-//! catalog) and dispatches each statement: DDL to the catalog (`ddl`),
+//! catalog) and dispatches each statement: DDL to the catalog (`ddl`;
+//! `alter` for ALTER TABLE's properties),
 //! INSERT (`insert`) and MERGE (`merge`) to the engine and then the commit,
 //! everything else to the engine as one physical plan.
 //!
@@ -10,6 +11,7 @@
 //! - `metrics`: the last plan's operator counters;
 //! - `explain_analyze`: EXPLAIN ANALYZE's figures.
 
+mod alter;
 mod commit_pause;
 mod ddl;
 mod explain_analyze;
@@ -34,6 +36,7 @@ use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::Catalog;
 use icemerge_executor::write_exec::IcebergWriteExec;
+use icemerge_planner::alter_table::parse_alter_table;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
 use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph, Timing};
 use icemerge_planner::merge as merge_sql;
@@ -251,6 +254,9 @@ impl Session {
     async fn dispatch(&self, sql: &str) -> Result<StatementOutput> {
         if let Some(create) = parse_create_table(sql)? {
             return self.create_table(create).await;
+        }
+        if let Some(alter) = parse_alter_table(sql)? {
+            return self.alter_table_properties(alter).await;
         }
         if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql)? {
             let merge = merge_sql::parse_merge(&merge_sql)?

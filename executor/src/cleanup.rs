@@ -33,6 +33,16 @@ pub fn data_location(metadata: &TableMetadata) -> String {
         .unwrap_or_else(|| format!("{}/data", metadata.location().trim_end_matches('/')))
 }
 
+/// The name prefix of the files one task of a write writes:
+/// `<write id>-<task>-<attempt>`, the attempt a fresh id, so that a task
+/// run again never overwrites or keeps its earlier attempt's files.
+pub fn task_file_prefix(write_id: &str, partition: usize) -> String {
+    format!(
+        "{write_id}-{partition:05}-{}",
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
 /// Deletes every file under `data_location` whose name starts with `prefix`.
 /// Returns how many were deleted.
 pub fn delete_files_with_prefix(data_location: &str, prefix: &str) -> usize {

@@ -157,11 +157,7 @@ impl ExecutionPlan for IcebergWriteExec {
         let input = self.input.execute(partition, context)?;
         let metadata = self.metadata.clone();
         let file_io = file_io_from_props(&self.file_io_props);
-        let prefix = format!(
-            "{}-{partition:05}-{}",
-            self.write_id,
-            uuid::Uuid::new_v4().simple()
-        );
+        let prefix = crate::cleanup::task_file_prefix(&self.write_id, partition);
         let rows_written = MetricBuilder::new(&self.metrics).counter("rows_written", partition);
         let files_written = MetricBuilder::new(&self.metrics).counter("files_written", partition);
         let bytes_written = MetricBuilder::new(&self.metrics).counter("bytes_written", partition);

@@ -125,11 +125,7 @@ impl ExecutionPlan for MergeOnReadWriterExec {
         let input = self.input.execute(partition, context)?;
         let metadata = self.metadata.clone();
         let file_io = file_io_from_props(&self.file_io_props);
-        let prefix = format!(
-            "{}-{partition:05}-{}",
-            self.write_id,
-            uuid::Uuid::new_v4().simple()
-        );
+        let prefix = crate::cleanup::task_file_prefix(&self.write_id, partition);
         let m = WriterMetrics::new(&self.metrics, partition);
         let stream = futures::stream::once(async move {
             PartitionSink::try_new(metadata, file_io, prefix, m)

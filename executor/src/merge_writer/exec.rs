@@ -137,11 +137,7 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         let input = self.input.execute(partition, context.clone())?;
         let metadata = self.metadata.clone();
         let file_io = file_io_from_props(&self.file_io_props);
-        let prefix = format!(
-            "{}-{partition:05}-{}",
-            self.write_id,
-            uuid::Uuid::new_v4().simple()
-        );
+        let prefix = crate::cleanup::task_file_prefix(&self.write_id, partition);
         let batch_size = context.session_config().batch_size();
         let m = WriterMetrics::new(&self.metrics, partition);
         let targets = self.targets.clone();

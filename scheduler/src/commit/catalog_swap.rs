@@ -1,9 +1,10 @@
 //! The catalog pointer swap of a commit: a compare-and-swap of a table's
 //! metadata location in the SQL catalog's `iceberg_tables`.
 //!
-//! This is the same guarded UPDATE that iceberg-catalog-sql's `update_table`
-//! and PyIceberg's `SqlCatalog` run, so commits from all three serialise on
-//! the same row: the UPDATE only matches while the row still points at the
+//! This is the same guarded UPDATE that icemerge's own SQL catalog runs for
+//! metadata-only commits (`catalog/sql_catalog.rs`, e.g. ALTER TABLE), and
+//! that Iceberg Java's `JdbcCatalog` and PyIceberg's `SqlCatalog` run, so
+//! commits from all of them serialise on the same row: the UPDATE only matches while the row still points at the
 //! metadata file the commit was built on. Zero rows updated means another
 //! writer committed first.
 //!

@@ -8,7 +8,7 @@
 //!    (overwrite) or as loaded at commit time (append);
 //! 2. the producer (`producer.rs`) checks the request (no I/O; nothing to
 //!    commit stops here), reads the base snapshot's manifest list
-//!    and the manifests it needs (`manifests.rs`), decides which manifests
+//!    and the manifests it needs (`catalog/manifests.rs`), decides which manifests
 //!    are carried, rewritten or dropped (`plan.rs`, a pure function), writes
 //!    the new manifests (`manifests::write_manifest`), the summary
 //!    (`summary.rs`), the manifest list (`manifest_list.rs`), the snapshot

@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::ast::{Merge, TableFactor};
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::stage_probe::measure_thread_cpu;
-use icemerge_planner::explain::{stage_graph, ExplainDocument};
+use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph};
 use icemerge_planner::merge::ExplainMerge;
 
 use crate::commit::{CommitOutcome, Conflict};
@@ -55,8 +55,10 @@ impl Session {
         let mut reexecutions = 0;
         let (planned, planned_at, mut outcome, commit) = loop {
             let planned = self.plan_merge_on(&target, merge.clone()).await?;
+            // Cutting the plan into stages is planning: the run starts after.
+            let graph = stage_graph(&planned.plan, true)?;
             let planned_at = now_nanos();
-            match self.execute_merge(&planned, &options).await {
+            match self.execute_merge(&planned, &graph, &options).await {
                 Ok(Execution::Committed(outcome, commit)) => {
                     break (planned, planned_at, outcome, commit)
                 }
@@ -153,10 +155,10 @@ impl Session {
     async fn execute_merge(
         &self,
         planned: &PlannedMerge,
+        graph: &StageGraph,
         options: &IcemergeOptions,
     ) -> Result<Execution> {
-        let graph = stage_graph(&planned.plan, true)?;
-        let batches = self.run_plan(&graph, "merge").await?;
+        let batches = self.run_plan(graph, "merge").await?;
         let mut outcome = collect_fragments(&planned.base, &batches)?;
         if let Some(dir) = &options.test_pause_before_commit {
             pause_before_commit(dir).await?;

@@ -5,8 +5,13 @@
 //! The child creates the table and loads it from the generated Parquet
 //! files, one INSERT per file (one data file each), with the local engine;
 //! then it opens the requested engine, resets its peak-RSS mark and times
-//! only the MERGE. It prints one JSON line: merge seconds, load seconds, the
-//! MERGE result row and the merge's own peak RSS.
+//! only the MERGE, then a `SELECT count(*)` of the merged table in the same
+//! session. It prints one JSON line: merge seconds, load seconds, the MERGE
+//! result row, the merge's own peak RSS and the count's seconds and rows.
+//!
+//! The table is created in one of icemerge's two write modes: copy-on-write
+//! (the default) or merge-on-read (`'write.merge.mode' = 'merge-on-read'`,
+//! format version 2), so both modes run on the same data.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,6 +41,34 @@ impl Engine {
     }
 }
 
+/// The write mode of the MERGE's target table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Copy-on-write: touched data files are rewritten.
+    Cow,
+    /// Merge-on-read: position delete files beside the data files.
+    Mor,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cow => "cow",
+            Mode::Mor => "mor",
+        }
+    }
+
+    /// The table properties of `CREATE TABLE`.
+    fn properties(self) -> &'static str {
+        match self {
+            Mode::Cow => "",
+            Mode::Mor => {
+                " TBLPROPERTIES ('format-version' = '2', 'write.merge.mode' = 'merge-on-read')"
+            }
+        }
+    }
+}
+
 /// Arguments of the hidden `merge-child` subcommand.
 #[derive(ClapArgs, Debug, Clone)]
 pub struct ChildArgs {
@@ -52,6 +85,8 @@ pub struct ChildArgs {
     pub engine: Engine,
     #[arg(long, default_value_t = 2)]
     pub executors: usize,
+    #[arg(long, value_enum, default_value_t = Mode::Cow)]
+    pub mode: Mode,
     /// The MERGE statement (into `db.t`).
     #[arg(long)]
     pub sql: String,
@@ -100,8 +135,9 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
     let local = open(&args.warehouse, EngineKind::Local, 1).await?;
     local
         .execute(&format!(
-            "CREATE SCHEMA db; CREATE TABLE db.t ({})",
-            ddl_columns()
+            "CREATE SCHEMA db; CREATE TABLE db.t ({}){}",
+            ddl_columns(),
+            args.mode.properties()
         ))
         .await?;
     for f in 0..args.files {
@@ -130,11 +166,22 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
     let out = session.execute_one(&sql).await?;
     let seconds = start.elapsed().as_secs_f64();
     let merge_rss = if reset { process::own_peak_rss() } else { None };
+    let mut count_seconds = None;
+    let mut count_rows = None;
     if args.explain_analyze {
         if let StatementOutput::Rows { batches, .. } = &out {
             let text = arrow::util::pretty::pretty_format_batches(batches)?;
             eprintln!("{text}");
         }
+    } else {
+        // A reader of the merged table: in merge-on-read it applies the
+        // delete files the MERGE wrote.
+        let start = Instant::now();
+        let count = session
+            .execute_one("SELECT count(*) AS n FROM db.t")
+            .await?;
+        count_seconds = Some(start.elapsed().as_secs_f64());
+        count_rows = first_row(&count).get("n").and_then(Value::as_u64);
     }
     println!(
         "{}",
@@ -143,6 +190,8 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
             "load_seconds": load_seconds,
             "result": first_row(&out),
             "merge_peak_rss": merge_rss,
+            "count_seconds": count_seconds,
+            "count_rows": count_rows,
         })
     );
     Ok(())
@@ -158,20 +207,28 @@ pub struct Run {
     /// Peak RSS during the MERGE alone, bytes.
     pub merge_peak_rss: Option<u64>,
     pub result: Map<String, Value>,
+    /// `SELECT count(*)` of the merged table, seconds (same session).
+    #[serde(default)]
+    pub count_seconds: Option<f64>,
+    /// Its result.
+    #[serde(default)]
+    pub count_rows: Option<u64>,
 }
 
 /// Runs one merge in a child process with a fresh warehouse under `work`.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     work: &Path,
     target_dir: &Path,
     files: u64,
     engine: Engine,
+    mode: Mode,
     executors: usize,
     sql: &str,
     explain_analyze: bool,
 ) -> Result<(Run, String)> {
     let warehouse = tempfile::Builder::new()
-        .prefix(&format!("wh-{}-", engine.name()))
+        .prefix(&format!("wh-{}-{}-", engine.name(), mode.name()))
         .tempdir_in(work)?;
     let mut cmd = Command::new(std::env::current_exe()?);
     cmd.arg("merge-child")
@@ -182,6 +239,7 @@ pub fn run(
         .args(["--files", &files.to_string()])
         .args(["--engine", engine.name()])
         .args(["--executors", &executors.to_string()])
+        .args(["--mode", mode.name()])
         .args(["--sql", sql]);
     if explain_analyze {
         cmd.arg("--explain-analyze");
@@ -189,8 +247,9 @@ pub fn run(
     let done = process::run(cmd, Duration::from_secs(3600))?;
     if !done.success {
         bail!(
-            "icemerge {} merge failed: {}",
+            "icemerge {} {} merge failed: {}",
             engine.name(),
+            mode.name(),
             done.stderr.trim()
         );
     }
@@ -206,6 +265,8 @@ pub fn run(
         process_peak_rss: done.max_rss,
         merge_peak_rss: v["merge_peak_rss"].as_u64(),
         result: v["result"].as_object().cloned().unwrap_or_default(),
+        count_seconds: v["count_seconds"].as_f64(),
+        count_rows: v["count_rows"].as_u64(),
     };
     Ok((run, done.stderr))
 }

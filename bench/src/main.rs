@@ -1,6 +1,8 @@
 //! icemerge-bench: the Delta merge-benchmark cases on icemerge (local engine
-//! and in-process cluster) beside delta-rs, PyIceberg and DuckDB
-//! (`shared/bench/peers.py`) and the copy-on-write floor, over the same
+//! and in-process cluster; copy-on-write and merge-on-read tables, each
+//! merge followed by a timed `SELECT count(*)` of the result) beside
+//! delta-rs, PyIceberg and DuckDB (`shared/bench/peers.py`), Spark + Iceberg
+//! (`bench/spark_peer.py`) and the copy-on-write floor, over the same
 //! generated `web_returns`-shaped data, in one run.
 //!
 //! Modules: `data` (generation), `cases` (the case matrix and MERGE SQL),
@@ -26,7 +28,7 @@ use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
 
 use crate::cases::Case;
 use crate::data::{target_file, Layout};
-use crate::icemerge::Engine;
+use crate::icemerge::{Engine, Mode};
 use crate::report::{CaseResult, EngineResult, Floor, Report, ScaleResult};
 
 #[derive(Parser, Debug)]
@@ -65,10 +67,17 @@ struct Args {
     /// icemerge engines, comma separated (local, cluster).
     #[arg(long, default_value = "local,cluster", value_delimiter = ',')]
     engines: Vec<Engine>,
+    /// icemerge write modes, comma separated: cow (copy-on-write) and mor
+    /// (merge-on-read: 'write.merge.mode' = 'merge-on-read', format version
+    /// 2), each on a fresh table loaded from the same data.
+    #[arg(long, default_value = "cow,mor", value_delimiter = ',')]
+    modes: Vec<Mode>,
     /// Executors of the in-process cluster.
     #[arg(long, default_value_t = 2)]
     executors: usize,
-    /// Peers run through peers.py, comma separated (empty for none).
+    /// Peers, comma separated (empty for none): delta, duckdb, pyiceberg
+    /// (through peers.py), spark and spark_mor (Spark 3.5 + Iceberg on a
+    /// copy-on-write / merge-on-read table, through bench/spark_peer.py).
     #[arg(long, default_value = "delta,duckdb,pyiceberg")]
     peers: String,
     /// Cases PyIceberg runs (same syntax as --cases) [default: its upsert
@@ -86,6 +95,15 @@ struct Args {
     /// peers.py.
     #[arg(long, default_value = "../shared/bench/peers.py")]
     peers_script: PathBuf,
+    /// Python with pyspark 3.5, for the spark peers.
+    #[arg(long, default_value = "~/.cache/icemerge-spark/venv/bin/python")]
+    spark_python: String,
+    /// Iceberg Spark runtime and relocated Jackson jars.
+    #[arg(long, default_value = "~/.cache/icemerge-spark/jars")]
+    spark_jars: String,
+    /// spark_peer.py.
+    #[arg(long, default_value = "bench/spark_peer.py")]
+    spark_script: PathBuf,
     /// Working directory: generated data (kept and reused) and scratch tables.
     #[arg(long, default_value = "/tmp/icemerge-bench")]
     work_dir: PathBuf,
@@ -112,6 +130,14 @@ fn selected(filter: &str, name: &str) -> bool {
     filter.split(',').map(str::trim).any(|f| {
         f == "all" || f == name || f.strip_suffix('*').is_some_and(|p| name.starts_with(p))
     })
+}
+
+/// `~/` expanded to $HOME.
+fn home(path: &str) -> String {
+    match (path.strip_prefix("~/"), std::env::var("HOME")) {
+        (Some(rest), Ok(h)) => format!("{h}/{rest}"),
+        _ => path.to_string(),
+    }
 }
 
 fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
@@ -237,6 +263,8 @@ async fn run_case(
         touched_files: touched.len(),
         local: None,
         cluster: None,
+        local_mor: None,
+        cluster_mor: None,
         peers: vec![],
         floor: None,
         commit: commit(),
@@ -277,32 +305,41 @@ async fn run_case(
     }
 
     let sql = case.merge_sql("db.t", &source.display().to_string());
-    for &engine in &args.engines {
-        let mut runs = vec![];
-        for i in 0..args.runs {
-            let (run, _) = icemerge::run(
-                &args.work_dir,
-                &target_dir,
-                l.files,
-                engine,
-                args.executors,
-                &sql,
-                false,
-            )?;
-            eprintln!(
-                "  icemerge {} run {i}: {:.3}s (load {:.1}s) rss {} MiB {:?}",
-                engine.name(),
-                run.seconds,
-                run.load_seconds,
-                run.process_peak_rss / 1048576,
-                run.result
-            );
-            runs.push(run);
-        }
-        let e = Some(EngineResult { runs });
-        match engine {
-            Engine::Local => result.local = e,
-            Engine::Cluster => result.cluster = e,
+    for &mode in &args.modes {
+        for &engine in &args.engines {
+            let mut runs = vec![];
+            for i in 0..args.runs {
+                let (run, _) = icemerge::run(
+                    &args.work_dir,
+                    &target_dir,
+                    l.files,
+                    engine,
+                    mode,
+                    args.executors,
+                    &sql,
+                    false,
+                )?;
+                eprintln!(
+                    "  icemerge {} {} run {i}: {:.3}s (load {:.1}s, count {}) rss {} MiB {:?}",
+                    engine.name(),
+                    mode.name(),
+                    run.seconds,
+                    run.load_seconds,
+                    run.count_seconds
+                        .map(|s| format!("{s:.3}s"))
+                        .unwrap_or_default(),
+                    run.process_peak_rss / 1048576,
+                    run.result
+                );
+                runs.push(run);
+            }
+            let e = Some(EngineResult { runs });
+            match (engine, mode) {
+                (Engine::Local, Mode::Cow) => result.local = e,
+                (Engine::Cluster, Mode::Cow) => result.cluster = e,
+                (Engine::Local, Mode::Mor) => result.local_mor = e,
+                (Engine::Cluster, Mode::Mor) => result.cluster_mor = e,
+            }
         }
     }
 
@@ -325,7 +362,28 @@ async fn run_case(
         if peer == "pyiceberg" && (!case.pyiceberg_supported() || !pyiceberg) {
             continue;
         }
-        let p = peers::run(&config, peer, case.peer_case(), &target_dir, &source)?;
+        let p = if peer.starts_with("spark") {
+            let (python, jars) = (home(&args.spark_python), home(&args.spark_jars));
+            let spark = peers::SparkConfig {
+                python: &python,
+                script: &args.spark_script,
+                jars: Path::new(&jars),
+            };
+            let sql = case
+                .merge_sql("bench.db.t", "SOURCE")
+                .replace("read_parquet('SOURCE')", "src");
+            peers::run_spark(
+                &config,
+                &spark,
+                peer,
+                &case.name,
+                &sql,
+                &target_dir,
+                &source,
+            )?
+        } else {
+            peers::run(&config, peer, case.peer_case(), &target_dir, &source)?
+        };
         eprintln!(
             "  {peer}: {:?}s rows_after {:?} rss {} MiB {}",
             p.seconds,
@@ -344,6 +402,9 @@ async fn run(args: Args) -> Result<()> {
         report::write_markdown(&args.markdown, &report)?;
         for s in &report.scales {
             println!("{} rows\n{}", s.rows, report::console_table(s));
+            if let Some(t) = report::console_modes_table(s) {
+                println!("write modes\n{t}");
+            }
         }
         return Ok(());
     }
@@ -368,22 +429,26 @@ async fn run(args: Args) -> Result<()> {
         std::fs::create_dir_all(source.parent().expect("sources dir"))?;
         data::write_source(&gen, l.rows, &case.source, &source).await?;
         let sql = case.merge_sql("db.t", &source.display().to_string());
-        for &engine in &args.engines {
-            let (run, text) = icemerge::run(
-                &args.work_dir,
-                &target_dir,
-                l.files,
-                engine,
-                args.executors,
-                &sql,
-                true,
-            )?;
-            println!(
-                "== {} {}: {:.3}s\n{text}",
-                engine.name(),
-                case.name,
-                run.seconds
-            );
+        for &mode in &args.modes {
+            for &engine in &args.engines {
+                let (run, text) = icemerge::run(
+                    &args.work_dir,
+                    &target_dir,
+                    l.files,
+                    engine,
+                    mode,
+                    args.executors,
+                    &sql,
+                    true,
+                )?;
+                println!(
+                    "== {} {} {}: {:.3}s\n{text}",
+                    engine.name(),
+                    mode.name(),
+                    case.name,
+                    run.seconds
+                );
+            }
         }
         return Ok(());
     }
@@ -438,6 +503,12 @@ async fn run(args: Args) -> Result<()> {
         scale.runs,
         report::console_table(&scale)
     );
+    if let Some(t) = report::console_modes_table(&scale) {
+        println!("write modes (copy-on-write / merge-on-read)\n{t}");
+    }
+    let mut targets = String::new();
+    report::mode_targets(&mut targets, &scale);
+    print!("{targets}");
     Ok(())
 }
 

@@ -42,6 +42,45 @@ pub struct PeerConfig<'a> {
     pub work_dir: &'a Path,
 }
 
+/// The Spark peer (`bench/spark_peer.py`).
+pub struct SparkConfig<'a> {
+    /// Python with pyspark 3.5.
+    pub python: &'a str,
+    pub script: &'a Path,
+    /// The Iceberg Spark runtime and relocated Jackson jars.
+    pub jars: &'a Path,
+}
+
+/// Runs Spark's MERGE (`sql`, icemerge's statement) on a copy-on-write
+/// (`peer` "spark") or merge-on-read ("spark_mor") Iceberg table loaded from
+/// `target_dir`, with `source` as the view `src`.
+pub fn run_spark(
+    config: &PeerConfig,
+    spark: &SparkConfig,
+    peer: &str,
+    case: &str,
+    sql: &str,
+    target_dir: &Path,
+    source: &Path,
+) -> Result<PeerRun> {
+    let scratch = tempfile::Builder::new()
+        .prefix("peer-spark-")
+        .tempdir_in(config.work_dir)?;
+    let mode = if peer == "spark_mor" { "mor" } else { "cow" };
+    let mut cmd = Command::new(spark.python);
+    cmd.env("TMPDIR", scratch.path());
+    cmd.arg(spark.script)
+        .arg("--jars")
+        .arg(spark.jars)
+        .arg("--target")
+        .arg(target_dir)
+        .arg("--source")
+        .arg(source)
+        .args(["--mode", mode, "--case", case, "--sql", sql]);
+    let done = process::run(cmd, config.timeout)?;
+    Ok(parse(peer, config, done))
+}
+
 /// Runs `peer` on `case` (a peers.py case name) over `target_dir` / `source`.
 pub fn run(
     config: &PeerConfig,
@@ -77,6 +116,11 @@ pub fn run(
         });
     }
     let done = process::run(cmd, config.timeout)?;
+    Ok(parse(peer, config, done))
+}
+
+/// A peer's outcome from its last JSON line.
+fn parse(peer: &str, config: &PeerConfig, done: process::Finished) -> PeerRun {
     let mut out = PeerRun {
         peer: peer.to_string(),
         seconds: None,
@@ -87,7 +131,7 @@ pub fn run(
     };
     if done.timed_out {
         out.note = Some(format!("timed out after {} s", config.timeout.as_secs()));
-        return Ok(out);
+        return out;
     }
     let line = done.stdout.lines().rev().find(|l| l.starts_with('{'));
     match line.and_then(|l| serde_json::from_str::<Value>(l).ok()) {
@@ -110,5 +154,5 @@ pub fn run(
             out.note = Some(format!("failed: {tail}"));
         }
     }
-    Ok(out)
+    out
 }

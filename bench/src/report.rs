@@ -42,6 +42,14 @@ impl EngineResult {
     pub fn stat(&self, name: &str) -> Option<u64> {
         self.runs.first()?.result.get(name)?.as_u64()
     }
+    /// Median seconds of the `SELECT count(*)` after the merge.
+    pub fn median_count_seconds(&self) -> Option<f64> {
+        median(self.runs.iter().filter_map(|r| r.count_seconds).collect())
+    }
+    /// Rows counted after the merge (the same in every run).
+    pub fn count_rows(&self) -> Option<u64> {
+        self.runs.first()?.count_rows
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -62,8 +70,14 @@ pub struct CaseResult {
     pub source_rows: u64,
     /// Files holding matched keys.
     pub touched_files: usize,
+    /// Copy-on-write table (the default mode), per engine.
     pub local: Option<EngineResult>,
     pub cluster: Option<EngineResult>,
+    /// Merge-on-read table, per engine.
+    #[serde(default)]
+    pub local_mor: Option<EngineResult>,
+    #[serde(default)]
+    pub cluster_mor: Option<EngineResult>,
     pub peers: Vec<PeerRun>,
     pub floor: Option<Floor>,
     /// Commit and time icemerge ran this case at.
@@ -84,6 +98,24 @@ impl CaseResult {
     pub fn floor_seconds(&self) -> Option<f64> {
         median(self.floor.as_ref()?.runs.clone())
     }
+    /// A peer's `SELECT count(*)` after its merge (the Spark peers).
+    pub fn peer_count_seconds(&self, peer: &str) -> Option<f64> {
+        let p = self.peers.iter().find(|p| p.peer == peer)?;
+        p.seconds?;
+        p.metrics.get("count_seconds")?.as_f64()
+    }
+    /// Whether either engine ran a merge-on-read table.
+    pub fn has_mor(&self) -> bool {
+        self.local_mor.is_some() || self.cluster_mor.is_some()
+    }
+}
+
+fn med(e: &Option<EngineResult>) -> Option<f64> {
+    e.as_ref()?.median_seconds()
+}
+
+fn count_med(e: &Option<EngineResult>) -> Option<f64> {
+    e.as_ref()?.median_count_seconds()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -262,6 +294,184 @@ fn md_table(out: &mut String, scale: &ScaleResult) {
     }
 }
 
+const MODES_HEADER: [&str; 18] = [
+    "case",
+    "CoW local s",
+    "MoR local s",
+    "MoR/CoW local",
+    "CoW cluster s",
+    "MoR cluster s",
+    "MoR/CoW cluster",
+    "DuckDB s",
+    "delta-rs s",
+    "MoR local/DuckDB",
+    "MoR local/delta",
+    "count CoW local s",
+    "count MoR local s",
+    "count MoR/CoW local",
+    "count CoW / MoR cluster s",
+    "Spark CoW / MoR s",
+    "Spark count CoW / MoR s",
+    "files removed / added CoW; MoR",
+];
+
+fn modes_row(c: &CaseResult) -> Vec<String> {
+    let (cow, mor) = (med(&c.local), med(&c.local_mor));
+    let (cow_c, mor_c) = (med(&c.cluster), med(&c.cluster_mor));
+    let (count_cow, count_mor) = (count_med(&c.local), count_med(&c.local_mor));
+    let stat = |e: Option<&EngineResult>, n: &str| count(e.and_then(|e| e.stat(n)));
+    let cow_e = c.local.as_ref().or(c.cluster.as_ref());
+    let mor_e = c.local_mor.as_ref().or(c.cluster_mor.as_ref());
+    vec![
+        c.name.clone(),
+        secs(cow),
+        secs(mor),
+        ratio(mor, cow),
+        secs(cow_c),
+        secs(mor_c),
+        ratio(mor_c, cow_c),
+        peer_cell(c, "duckdb"),
+        peer_cell(c, "delta"),
+        ratio(mor, c.peer_seconds("duckdb")),
+        ratio(mor, c.peer_seconds("delta")),
+        secs(count_cow),
+        secs(count_mor),
+        ratio(count_mor, count_cow),
+        format!(
+            "{} / {}",
+            secs(count_med(&c.cluster)),
+            secs(count_med(&c.cluster_mor))
+        ),
+        format!("{} / {}", peer_cell(c, "spark"), peer_cell(c, "spark_mor")),
+        format!(
+            "{} / {}",
+            secs(c.peer_count_seconds("spark")),
+            secs(c.peer_count_seconds("spark_mor"))
+        ),
+        format!(
+            "{} / {}; {} / {}",
+            stat(cow_e, "files_removed"),
+            stat(cow_e, "files_added"),
+            stat(mor_e, "files_removed"),
+            stat(mor_e, "files_added")
+        ),
+    ]
+}
+
+/// The comfy-table of both write modes (cases with a merge-on-read run).
+pub fn console_modes_table(scale: &ScaleResult) -> Option<comfy_table::Table> {
+    let mut t = comfy_table::Table::new();
+    t.set_header(MODES_HEADER.to_vec());
+    let mut any = false;
+    for c in scale.cases.iter().filter(|c| c.has_mor()) {
+        t.add_row(modes_row(c));
+        any = true;
+    }
+    any.then_some(t)
+}
+
+fn md_modes_table(out: &mut String, scale: &ScaleResult) {
+    if !scale.cases.iter().any(|c| c.has_mor()) {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nWrite modes, same data, same run: copy-on-write (CoW, the table above) \
+         and merge-on-read (MoR, `'write.merge.mode' = 'merge-on-read'`, format \
+         version 2), each merge followed by a timed `SELECT count(*)` of the \
+         merged table in the same session (medians):\n"
+    );
+    let _ = writeln!(out, "| {} |", MODES_HEADER.join(" | "));
+    let _ = writeln!(out, "|{}", "---|".repeat(MODES_HEADER.len()));
+    for c in scale.cases.iter().filter(|c| c.has_mor()) {
+        let _ = writeln!(out, "| {} |", modes_row(c).join(" | "));
+    }
+}
+
+/// "met" or "missed" for `value` against an upper bound.
+fn verdict(value: Option<f64>, bound: f64) -> &'static str {
+    match value {
+        Some(v) if v <= bound => "met",
+        Some(_) => "missed",
+        None => "not measured",
+    }
+}
+
+fn quotient(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    }
+}
+
+/// The write-mode targets of one scale, local engine (cluster in brackets).
+pub fn mode_targets(out: &mut String, scale: &ScaleResult) {
+    if !scale.cases.iter().any(|c| c.has_mor()) {
+        return;
+    }
+    if let Some(c) = find(scale, "delete_only_0.05").filter(|c| c.has_mor()) {
+        let (mor, mor_c) = (med(&c.local_mor), med(&c.cluster_mor));
+        let (duck, delta) = (c.peer_seconds("duckdb"), c.peer_seconds("delta"));
+        let r = quotient(mor, duck);
+        let _ = writeln!(
+            out,
+            "- merge-on-read delete_only_0.05 within 3× of DuckDB: {} — {}× (local {} s, DuckDB {} s; cluster {}×)",
+            verdict(r, 3.0),
+            ratio(mor, duck),
+            secs(mor),
+            secs(duck),
+            ratio(mor_c, duck)
+        );
+        let r = quotient(mor, delta);
+        let _ = writeln!(
+            out,
+            "- merge-on-read delete_only_0.05 ≤ 0.1× delta-rs: {} — {}× (local {} s, delta-rs {} s; cluster {}×)",
+            verdict(r, 0.1),
+            ratio(mor, delta),
+            secs(mor),
+            secs(delta),
+            ratio(mor_c, delta)
+        );
+    }
+    if let Some(c) = find(scale, "upsert_0.01_0.1").filter(|c| c.has_mor()) {
+        let (cow, mor) = (med(&c.local), med(&c.local_mor));
+        let _ = writeln!(
+            out,
+            "- merge-on-read upsert_0.01_0.1 ≤ 0.3× copy-on-write: {} — {}× (local MoR {} s, CoW {} s; cluster {}×)",
+            verdict(quotient(mor, cow), 0.3),
+            ratio(mor, cow),
+            secs(mor),
+            secs(cow),
+            ratio(med(&c.cluster_mor), med(&c.cluster))
+        );
+    }
+    let counts: Vec<String> = scale
+        .cases
+        .iter()
+        .filter(|c| c.has_mor())
+        .map(|c| {
+            let (cow, mor) = (count_med(&c.local), count_med(&c.local_mor));
+            let rows = |e: &Option<EngineResult>| count(e.as_ref().and_then(|e| e.count_rows()));
+            format!(
+                "{} {} — {}× ({} s vs {} s, {} vs {} rows; cluster {}×)",
+                c.name,
+                verdict(quotient(mor, cow), 1.5),
+                ratio(mor, cow),
+                secs(mor),
+                secs(cow),
+                rows(&c.local_mor),
+                rows(&c.local),
+                ratio(count_med(&c.cluster_mor), count_med(&c.cluster))
+            )
+        })
+        .collect();
+    let _ = writeln!(
+        out,
+        "- `SELECT count(*)` after merge-on-read within 1.5× of after copy-on-write: {}",
+        counts.join("; ")
+    );
+}
+
 fn find<'a>(scale: &'a ScaleResult, name: &str) -> Option<&'a CaseResult> {
     scale.cases.iter().find(|c| c.name == name)
 }
@@ -340,6 +550,7 @@ fn targets(out: &mut String, report: &Report) {
             out,
             "- peak RSS ≤ delta-rs (whole process, load included on both sides): {rss_ok} of {rss_all} cases"
         );
+        mode_targets(out, scale);
         if let Some(c) = find(scale, "fixed_cost_one_row") {
             let _ = writeln!(
                 out,
@@ -448,6 +659,7 @@ pub fn markdown(report: &Report) -> String {
         if !failures.is_empty() {
             let _ = writeln!(out, "\nPeer notes: {}", failures.join("; "));
         }
+        md_modes_table(&mut out, scale);
         let _ = writeln!(out);
     }
     targets(&mut out, report);

@@ -1,6 +1,7 @@
 //! icemerge-planner: SQL statements → plans. DDL parsing (CREATE TABLE,
 //! ALTER TABLE's properties),
-//! MERGE binding and classification, the source-key probe for dynamic
+//! MERGE binding and classification (UPDATE and DELETE bound as MERGEs),
+//! the source-key probe for dynamic
 //! pruning, the tables' row-level write modes, and EXPLAIN rendering.
 
 pub mod alter_table;
@@ -8,4 +9,5 @@ pub mod ddl;
 pub mod explain;
 pub mod merge;
 pub mod source_keys;
+pub mod update_delete;
 pub mod write_mode;

@@ -39,9 +39,62 @@ const STAR_MARK: &str = "__icemerge_all";
 /// The operation of a joined row no clause acts on (filtered out).
 const NO_OP: i8 = 0;
 
+/// Which statement a row-level change is. UPDATE and DELETE are planned as
+/// the MERGE they are equivalent to (see `crate::update_delete`), through
+/// the same stages, writers and commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowLevelKind {
+    Merge,
+    Update,
+    Delete,
+}
+
+impl RowLevelKind {
+    /// How errors name the statement: `MERGE INTO`, `UPDATE`, `DELETE FROM`.
+    pub fn statement(self) -> &'static str {
+        match self {
+            RowLevelKind::Merge => "MERGE INTO",
+            RowLevelKind::Update => "UPDATE",
+            RowLevelKind::Delete => "DELETE FROM",
+        }
+    }
+
+    /// The statement's keyword in lower case (job names, EXPLAIN).
+    pub fn keyword(self) -> &'static str {
+        match self {
+            RowLevelKind::Merge => "merge",
+            RowLevelKind::Update => "update",
+            RowLevelKind::Delete => "delete",
+        }
+    }
+
+    /// The table property choosing the statement's write mode.
+    pub fn mode_property(self) -> &'static str {
+        match self {
+            RowLevelKind::Merge => crate::write_mode::MERGE_MODE,
+            RowLevelKind::Update => crate::write_mode::UPDATE_MODE,
+            RowLevelKind::Delete => crate::write_mode::DELETE_MODE,
+        }
+    }
+}
+
+/// A row-level statement ready to bind: the MERGE it is, and for UPDATE and
+/// DELETE their WHERE (which filters, and so prunes, the target scan).
+#[derive(Debug, Clone)]
+pub struct RowLevelStatement {
+    pub kind: RowLevelKind,
+    pub merge: Merge,
+    pub target_filter: Option<Expr>,
+}
+
 /// A MERGE statement, bound far enough to plan it.
 #[derive(Debug, Clone)]
 pub struct BoundMerge {
+    /// The statement it came from (MERGE, UPDATE or DELETE).
+    pub kind: RowLevelKind,
+    /// UPDATE's and DELETE's WHERE: only target rows satisfying it are read
+    /// into the classification (no source is joined).
+    pub target_filter: Option<Expr>,
     /// Target table name parts as written.
     pub target: Vec<String>,
     /// The name the statement refers to the target by.
@@ -94,15 +147,15 @@ impl ExplainFormat {
             "JSON" => Ok(Self::Json),
             "SVG" => Ok(Self::Svg),
             other => Err(invalid_input(format!(
-                "EXPLAIN MERGE: unknown FORMAT '{other}'; expected TEXT, GRAPHVIZ, JSON or SVG"
+                "EXPLAIN: unknown FORMAT '{other}'; expected TEXT, GRAPHVIZ, JSON or SVG"
             ))),
         }
     }
 }
 
 /// Splits `EXPLAIN [ANALYZE] [(FORMAT TEXT|GRAPHVIZ|JSON|SVG)] MERGE ...`
-/// into the mode and the MERGE text; `None` when `sql` is not an EXPLAIN
-/// of a MERGE. An option list that is not one `FORMAT` of those is an
+/// (or `UPDATE ...`, `DELETE ...`) into the mode and the statement's text;
+/// `None` when `sql` is not an EXPLAIN of one of those. An option list that is not one `FORMAT` of those is an
 /// error naming it.
 pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> {
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
@@ -139,7 +192,7 @@ pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> 
         options = Some((k + 1..close).map(word).collect::<Vec<_>>());
         k = close + 1;
     }
-    if word(k) != "MERGE" {
+    if !matches!(word(k).as_str(), "MERGE" | "UPDATE" | "DELETE") {
         return Ok(None);
     }
     if let Some(options) = options {
@@ -158,13 +211,26 @@ pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> 
 /// The error for an EXPLAIN option list that is not one `FORMAT`.
 fn unsupported_explain_option(options: &[String]) -> DataFusionError {
     invalid_input(format!(
-        "EXPLAIN MERGE: unsupported option ({}); expected (FORMAT TEXT|GRAPHVIZ|JSON|SVG)",
+        "EXPLAIN: unsupported option ({}); expected (FORMAT TEXT|GRAPHVIZ|JSON|SVG)",
         options.join(" ")
     ))
 }
 
+/// Parses a `MERGE`, `UPDATE` or `DELETE` statement (MERGE accepting
+/// `UPDATE SET *` and `INSERT *`); `None` for any other statement.
+pub fn parse_row_level(sql: &str) -> Result<Option<RowLevelStatement>> {
+    if let Some(statement) = crate::update_delete::parse_update_or_delete(sql)? {
+        return Ok(Some(statement));
+    }
+    Ok(parse_merge(sql)?.map(|merge| RowLevelStatement {
+        kind: RowLevelKind::Merge,
+        merge,
+        target_filter: None,
+    }))
+}
+
 /// Parses a `MERGE` statement (accepting `UPDATE SET *` and `INSERT *`).
-pub fn parse_merge(sql: &str) -> Result<Option<Merge>> {
+pub(crate) fn parse_merge(sql: &str) -> Result<Option<Merge>> {
     let rewritten = rewrite_stars(sql)?;
     let Some(first) = first_keyword(&rewritten) else {
         return Ok(None);
@@ -180,7 +246,7 @@ pub fn parse_merge(sql: &str) -> Result<Option<Merge>> {
     }
 }
 
-fn first_keyword(sql: &str) -> Option<String> {
+pub(crate) fn first_keyword(sql: &str) -> Option<String> {
     let tokens = Tokenizer::new(&GenericDialect {}, sql).tokenize().ok()?;
     tokens.into_iter().find_map(|t| match t {
         Token::Word(w) => Some(w.value),
@@ -243,7 +309,12 @@ fn name_parts(name: &ObjectName) -> Vec<String> {
 }
 
 /// Binds the statement's shape (not yet its expressions).
-pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
+pub fn bind_merge(statement: RowLevelStatement) -> Result<BoundMerge> {
+    let RowLevelStatement {
+        kind,
+        merge,
+        target_filter,
+    } = statement;
     let (target, target_alias) = match &merge.table {
         TableFactor::Table {
             name,
@@ -308,6 +379,8 @@ pub fn bind_merge(merge: Merge) -> Result<BoundMerge> {
         (true, true) => "FULL",
     };
     Ok(BoundMerge {
+        kind,
+        target_filter,
         target,
         target_alias,
         clauses,
@@ -372,15 +445,28 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
     let mut branches: Vec<Branch> = vec![];
     for (index, clause) in merge.clauses.iter().enumerate() {
         let guard = match clause.clause_kind {
-            MergeClauseKind::Matched => &matched,
-            MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget => &not_matched,
-            MergeClauseKind::NotMatchedBySource => &by_source,
+            // UPDATE and DELETE join no source: every row read acts.
+            _ if bound.kind != RowLevelKind::Merge => "TRUE",
+            MergeClauseKind::Matched => matched.as_str(),
+            MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget => {
+                not_matched.as_str()
+            }
+            MergeClauseKind::NotMatchedBySource => by_source.as_str(),
         };
         let condition = match &clause.predicate {
             Some(p) => format!("{guard} AND ({p})"),
-            None => guard.clone(),
+            None => guard.to_string(),
         };
-        let clause_name = format!("clause {} (WHEN {})", index + 1, clause.clause_kind);
+        let clause_name = match bound.kind {
+            RowLevelKind::Merge => {
+                format!("MERGE clause {} (WHEN {})", index + 1, clause.clause_kind)
+            }
+            other => other.keyword().to_uppercase(),
+        };
+        let set = match bound.kind {
+            RowLevelKind::Merge => "UPDATE SET",
+            _ => "SET",
+        };
         let keep: Vec<String> = columns
             .iter()
             .map(|c| format!("{t}.{}", quote(c)))
@@ -397,14 +483,14 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                 for assignment in &update.assignments {
                     let AssignmentTarget::ColumnName(name) = &assignment.target else {
                         return Err(invalid_input(format!(
-                            "MERGE {clause_name}: tuple assignments are not supported"
+                            "{clause_name}: tuple assignments are not supported"
                         )));
                     };
                     let column = name_parts(name).last().cloned().unwrap_or_default();
                     if column == STAR_MARK {
                         if matches!(clause.clause_kind, MergeClauseKind::NotMatchedBySource) {
                             return Err(invalid_input(format!(
-                                "MERGE {clause_name}: UPDATE SET * needs a source row"
+                                "{clause_name}: UPDATE SET * needs a source row"
                             )));
                         }
                         for (i, c) in columns.iter().enumerate() {
@@ -414,12 +500,12 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                     }
                     let Some(i) = columns.iter().position(|c| *c == column) else {
                         return Err(invalid_input(format!(
-                            "MERGE {clause_name}: UPDATE SET references unknown column '{column}' of the target"
+                            "{clause_name}: {set} references unknown column '{column}' of the target"
                         )));
                     };
                     if !assigned.insert(column.clone()) {
                         return Err(invalid_input(format!(
-                            "MERGE {clause_name}: column '{column}' is assigned more than once"
+                            "{clause_name}: column '{column}' is assigned more than once"
                         )));
                     }
                     values[i] = format!("({})", assignment.value);
@@ -437,7 +523,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                     MergeInsertKind::Values(v) => {
                         let [row] = v.rows.as_slice() else {
                             return Err(invalid_input(format!(
-                                "MERGE {clause_name}: INSERT VALUES takes exactly one row"
+                                "{clause_name}: INSERT VALUES takes exactly one row"
                             )));
                         };
                         let names: Vec<String> = if insert.columns.is_empty() {
@@ -451,7 +537,7 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                         };
                         if names.len() != row.len() {
                             return Err(invalid_input(format!(
-                                "MERGE {clause_name}: INSERT names {} column(s) but gives {} value(s)",
+                                "{clause_name}: INSERT names {} column(s) but gives {} value(s)",
                                 names.len(),
                                 row.len()
                             )));
@@ -460,12 +546,12 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
                         for (name, value) in names.iter().zip(row) {
                             if !column_set.contains(name.as_str()) {
                                 return Err(invalid_input(format!(
-                                    "MERGE {clause_name}: INSERT references unknown column '{name}' of the target"
+                                    "{clause_name}: INSERT references unknown column '{name}' of the target"
                                 )));
                             }
                             if !seen.insert(name.clone()) {
                                 return Err(invalid_input(format!(
-                                    "MERGE {clause_name}: INSERT names column '{name}' more than once"
+                                    "{clause_name}: INSERT names column '{name}' more than once"
                                 )));
                             }
                             let i = columns
@@ -620,12 +706,24 @@ pub fn classify_sql(
     .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
+    let rows = if bound.kind == RowLevelKind::Merge {
+        format!(
+            "{target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}",
+            bound.join_type, merge.on
+        )
+    } else {
+        // UPDATE / DELETE: the target rows their WHERE selects, no join.
+        let filter = bound
+            .target_filter
+            .as_ref()
+            .map(|f| format!(" WHERE {f}"))
+            .unwrap_or_default();
+        format!("(SELECT * FROM {target_relation} AS {t}{filter}) AS {t}")
+    };
     Ok(format!(
-        "SELECT {} FROM (SELECT {} FROM {target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}) AS __icemerge_rows WHERE {OP_COLUMN} <> {NO_OP}",
+        "SELECT {} FROM (SELECT {} FROM {rows}) AS __icemerge_rows WHERE {OP_COLUMN} <> {NO_OP}",
         outer.join(", "),
         select.join(", "),
-        bound.join_type,
-        merge.on,
     ))
 }
 
@@ -738,7 +836,7 @@ mod tests {
     }
 
     fn bound(sql: &str) -> BoundMerge {
-        bind_merge(parse_merge(sql).unwrap().expect("a MERGE")).unwrap()
+        bind_merge(parse_row_level(sql).unwrap().expect("a MERGE")).unwrap()
     }
 
     #[test]
@@ -765,7 +863,7 @@ mod tests {
 
     #[test]
     fn not_a_merge_is_none() {
-        assert!(parse_merge("SELECT 1").unwrap().is_none());
+        assert!(parse_row_level("SELECT 1").unwrap().is_none());
     }
 
     #[test]

@@ -130,10 +130,10 @@ fn source_only(expr: &Expr, source_alias: &str) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::merge::{bind_merge, parse_merge};
+    use crate::merge::{bind_merge, parse_row_level};
 
     fn probe(sql: &str, columns: &[&str]) -> Option<SourceKeyProbe> {
-        let bound = bind_merge(parse_merge(sql).unwrap().expect("a MERGE")).unwrap();
+        let bound = bind_merge(parse_row_level(sql).unwrap().expect("a MERGE")).unwrap();
         let columns: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
         source_key_probe(&bound, &columns, 64).unwrap()
     }

@@ -335,3 +335,71 @@ async fn explain_analyze_counts_are_exact_on_both_engines() {
         ));
     }
 }
+
+/// UPDATE and DELETE explain as the stages they run: the target scan with
+/// the classification on top (no source, no join), the writer of their
+/// own write mode, the commit; ANALYZE runs them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_update_and_delete_show_their_stages() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db;
+                 CREATE TABLE db.t (id BIGINT, v STRING) TBLPROPERTIES ('write.delete.mode' = 'merge-on-read');
+                 INSERT INTO db.t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+            )
+            .await
+            .unwrap();
+        let update = lines(&session, "EXPLAIN UPDATE db.t SET v = 'x' WHERE id = 2")
+            .await
+            .join("\n");
+        for role in [
+            "scan target (row-id) / classify",
+            "writer: copy-on-write per data file",
+            "commit (coordinator)",
+        ] {
+            assert!(
+                update.contains(role),
+                "{engine:?}: no '{role}' in\n{update}"
+            );
+        }
+        assert!(!update.contains("scan source"), "{update}");
+        assert!(!update.contains("JoinExec"), "{update}");
+        let delete = lines(&session, "EXPLAIN DELETE FROM db.t WHERE id = 3")
+            .await
+            .join("\n");
+        assert!(
+            delete.contains("writer: merge-on-read, position deletes per data file"),
+            "{engine:?}:\n{delete}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.\"t$snapshots\"").await,
+            vec![vec!["1"]],
+            "EXPLAIN changes nothing"
+        );
+        let analyze = lines(&session, "EXPLAIN ANALYZE DELETE FROM db.t WHERE id = 3")
+            .await
+            .join("\n");
+        assert!(
+            analyze.contains("Delete: count=1, updated=0, deleted=1, inserted=0"),
+            "{engine:?}:\n{analyze}"
+        );
+        assert!(analyze.contains("delete_files_added=1"), "{analyze}");
+        let doc: ExplainDocument = serde_json::from_str(
+            &document(
+                &session,
+                "EXPLAIN ANALYZE (FORMAT JSON) UPDATE db.t SET v = 'x' WHERE id = 2",
+            )
+            .await,
+        )
+        .unwrap();
+        assert_eq!(doc.statement, "update");
+        assert_eq!(figures(&doc, StageKind::ScanTarget).rows_out, 1, "{doc:?}");
+        assert_eq!(
+            query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
+            vec![vec!["1", "a"], vec!["2", "x"]]
+        );
+    }
+}

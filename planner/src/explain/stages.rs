@@ -141,6 +141,13 @@ fn is_join(node: &Arc<dyn ExecutionPlan>) -> bool {
         || any.is::<SymmetricHashJoinExec>()
 }
 
+/// The target's row-id scan.
+fn scans_row_ids(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.as_any()
+        .downcast_ref::<IcebergScanExec>()
+        .is_some_and(|scan| scan.row_ids)
+}
+
 /// The classification: a projection computing the merge rows' operation.
 fn classifies(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.as_any().is::<ProjectionExec>() && node.schema().column_with_name(OP_COLUMN).is_some()
@@ -159,13 +166,14 @@ fn kind_and_role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> (StageKi
             StageKind::MergeWriter,
             "writer: merge-on-read, position deletes per data file, duplicate-match check",
         )
-    } else if has(|n| is_join(n) || classifies(n)) {
+    } else if has(is_join) {
         (StageKind::Join, "join / classify")
-    } else if has(|n| {
-        n.as_any()
-            .downcast_ref::<IcebergScanExec>()
-            .is_some_and(|scan| scan.row_ids)
-    }) {
+    } else if has(scans_row_ids) && has(classifies) {
+        // UPDATE / DELETE: the rows their WHERE selects, no source.
+        (StageKind::ScanTarget, "scan target (row-id) / classify")
+    } else if has(classifies) {
+        (StageKind::Join, "join / classify")
+    } else if has(scans_row_ids) {
         (StageKind::ScanTarget, "scan target (row-id)")
     } else if has(|n| n.as_any().is::<IcebergWriteExec>()) {
         (StageKind::Writer, "writer")

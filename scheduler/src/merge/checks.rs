@@ -6,7 +6,7 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
-use icemerge_planner::merge::{assignment_probe, BoundMerge};
+use icemerge_planner::merge::{assignment_probe, BoundMerge, RowLevelKind};
 use icemerge_proto::error::invalid_input;
 
 /// Every value a clause assigns must be castable to its column's type;
@@ -33,19 +33,25 @@ pub(super) async fn check_assignment_types(
         );
         if from != &arrow::datatypes::DataType::Null && !arrow::compute::can_cast_types(from, to) {
             return Err(invalid_input(format!(
-                "MERGE {clause}: cannot assign a value of type {from} to column '{column}' of type {to}"
+                "{clause}: cannot assign a value of type {from} to column '{column}' of type {to}"
             )));
         }
     }
     Ok(())
 }
 
-/// DataFusion's binding errors, said in MERGE's terms.
+/// DataFusion's binding errors, said in the statement's terms.
 pub(super) fn explain_bind_error(e: DataFusionError, bound: &BoundMerge) -> DataFusionError {
     let message = e.to_string();
-    if message.contains("__icemerge_target_") {
+    // UPDATE's and DELETE's WHERE and SET are all the user wrote: any
+    // binding error is theirs.
+    if message.contains("__icemerge_target_") || bound.kind != RowLevelKind::Merge {
         let cleaned = message.replace("__icemerge_target_", "target ");
-        return invalid_input(format!("MERGE INTO {}: {cleaned}", bound.target.join(".")));
+        return invalid_input(format!(
+            "{} {}: {cleaned}",
+            bound.kind.statement(),
+            bound.target.join(".")
+        ));
     }
     e
 }

@@ -1,5 +1,9 @@
 //! Running a `MERGE INTO`: plan the five-stage graph, run it on the engine,
-//! commit one snapshot.
+//! commit one snapshot. `UPDATE` and `DELETE` run here too, as the MERGE
+//! they are bound to (`icemerge_planner::update_delete`): no source scan
+//! and no join; their WHERE filters and prunes the target scan, and the
+//! classification sits on top of it; their write mode and isolation level
+//! are `write.update.*` / `write.delete.*`.
 //!
 //! Stages, and where their coordinator side lives here:
 //!
@@ -38,13 +42,18 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
-use icemerge_planner::merge::{bind_merge, classify_sql, BoundMerge};
+use icemerge_planner::merge::{
+    bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement,
+};
 use icemerge_planner::source_keys::source_key_probe;
-use icemerge_planner::write_mode::{mode_of, WriteMode, MERGE_MODE};
+use icemerge_planner::write_mode::{mode_of, WriteMode};
 use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
-use crate::commit::{ConflictFilter, IsolationLevel, MERGE_ISOLATION_LEVEL};
+use crate::commit::{
+    ConflictFilter, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
+    UPDATE_ISOLATION_LEVEL,
+};
 use checks::{check_assignment_types, check_join_keys, explain_bind_error};
 use dynamic_pruning::{
     is_volatile, join_source, probe_source_keys, target_files, with_target_provider,
@@ -77,26 +86,32 @@ pub struct PlannedMerge {
     pub isolation: IsolationLevel,
 }
 
-/// Plans `merge` against `base` (the target at its current snapshot).
+/// Plans `statement` (a MERGE, or an UPDATE or DELETE bound as one)
+/// against `base` (the target at its current snapshot).
 pub async fn plan_merge(
     ctx: &datafusion::prelude::SessionContext,
-    merge: datafusion::sql::sqlparser::ast::Merge,
+    statement: RowLevelStatement,
     base: Table,
     table_name: String,
     file_io_props: std::collections::HashMap<String, String>,
     writers: usize,
 ) -> Result<PlannedMerge> {
-    let bound = bind_merge(merge)?;
+    let bound = bind_merge(statement)?;
+    let isolation_property = match bound.kind {
+        RowLevelKind::Merge => MERGE_ISOLATION_LEVEL,
+        RowLevelKind::Update => UPDATE_ISOLATION_LEVEL,
+        RowLevelKind::Delete => DELETE_ISOLATION_LEVEL,
+    };
     let isolation = IsolationLevel::of(
         base.metadata().properties(),
-        MERGE_ISOLATION_LEVEL,
+        isolation_property,
         &table_name,
     )?;
     let metadata = base.metadata();
     let mode = mode_of(
         &table_name,
         metadata.properties(),
-        MERGE_MODE,
+        bound.kind.mode_property(),
         metadata.format_version(),
     )?;
     let provider =
@@ -117,13 +132,20 @@ pub async fn plan_merge(
             .create_logical_plan(&sql)
             .await
             .map_err(|e| explain_bind_error(e, &bound))?;
-        check_join_keys(&logical, &bound)?;
-        let deterministic_source = !is_volatile(&join_source(&logical)?)?;
-        let keys = match source_key_probe(&bound, &columns, DISTINCT_LIMIT)? {
-            Some(probe) => {
-                probe_source_keys(ctx, join_source(&logical)?, &probe, &target_schema).await?
-            }
-            None => None,
+        let (deterministic_source, keys) = if bound.kind == RowLevelKind::Merge {
+            check_join_keys(&logical, &bound)?;
+            let deterministic = !is_volatile(&join_source(&logical)?)?;
+            let keys = match source_key_probe(&bound, &columns, DISTINCT_LIMIT)? {
+                Some(probe) => {
+                    probe_source_keys(ctx, join_source(&logical)?, &probe, &target_schema).await?
+                }
+                None => None,
+            };
+            (deterministic, keys)
+        } else {
+            // UPDATE / DELETE join no source: run again, the statement
+            // reads the new snapshot as it would have read the old one.
+            (true, None)
         };
         let logical = match keys.as_ref().and_then(|k| k.predicate.clone()) {
             Some(predicate) => with_target_provider(
@@ -151,7 +173,7 @@ pub async fn plan_merge(
         None => ConflictFilter::WholeTable,
     };
 
-    let write_id = format!("merge-{}", uuid::Uuid::new_v4().simple());
+    let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
     let writer = writer_stage(
         mode,
         classified,

@@ -132,10 +132,12 @@ pub async fn commit_merge(
         };
         return commit_row_delta(catalog, &planned.base, commit, &context).await;
     }
-    let operation = if outcome.removed.is_empty() {
-        Operation::Append
-    } else {
-        Operation::Overwrite
+    // As Iceberg's own overwrite names its snapshots: only removing files
+    // is a `delete`, only adding them an `append`.
+    let operation = match (outcome.added.is_empty(), outcome.removed.is_empty()) {
+        (_, true) => Operation::Append,
+        (true, false) => Operation::Delete,
+        (false, false) => Operation::Overwrite,
     };
     let commit = OverwriteCommit {
         added: outcome.added.clone(),

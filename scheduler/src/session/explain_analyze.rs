@@ -100,8 +100,8 @@ fn row_figures(row: &StatementOutput) -> Vec<(String, u64)> {
         .collect()
 }
 
-/// The `Merge:` line of EXPLAIN ANALYZE's text: the result row's figures
-/// and the files pruned and rewritten.
+/// The `Merge:` (`Update:`, `Delete:`) line of EXPLAIN ANALYZE's text: the
+/// result row's figures and the files pruned and rewritten.
 pub(super) fn merge_line(
     outcome: &MergeOutcome,
     metrics: &OperatorMetrics,
@@ -111,8 +111,12 @@ pub(super) fn merge_line(
     let count =
         outcome.stat("rows_updated") + outcome.stat("rows_deleted") + outcome.stat("rows_inserted");
     let total = document.timing.as_ref().map_or(0.0, |t| t.total_ms);
+    let mut statement = document.statement.clone();
+    if let Some(first) = statement.get_mut(0..1) {
+        first.make_ascii_uppercase();
+    }
     format!(
-        "Merge: count={count}, updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
+        "{statement}: count={count}, updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
         outcome.stat("rows_updated"),
         outcome.stat("rows_deleted"),
         outcome.stat("rows_inserted"),

@@ -1,6 +1,7 @@
-//! `MERGE INTO` as a statement: resolve the target, plan the five-stage
-//! graph (`crate::merge`), explain it or run it, commit ONE snapshot, and
-//! delete every file the statement wrote that the commit does not keep.
+//! `MERGE INTO` (and UPDATE and DELETE, bound as MERGEs) as a statement:
+//! resolve the target, plan the stage graph (`crate::merge`), explain it or
+//! run it, commit ONE snapshot, and delete every file the statement wrote
+//! that the commit does not keep.
 //!
 //! A commit that conflicts with a snapshot another writer committed since
 //! the merge read the table (`crate::commit`'s validation) re-executes the
@@ -9,12 +10,12 @@
 //! with a conflict naming that snapshot.
 
 use datafusion::error::{DataFusionError, Result};
-use datafusion::sql::sqlparser::ast::{Merge, TableFactor};
+use datafusion::sql::sqlparser::ast::TableFactor;
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::stage_probe::measure_thread_cpu;
 use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph};
-use icemerge_planner::merge::ExplainMerge;
+use icemerge_planner::merge::{ExplainMerge, RowLevelStatement};
 
 use crate::commit::{CommitOutcome, Conflict};
 use crate::engine::now_nanos;
@@ -37,18 +38,19 @@ enum Execution {
 }
 
 impl Session {
-    /// Plans, runs and commits a MERGE (or explains it).
+    /// Plans, runs and commits a MERGE, UPDATE or DELETE (or explains it).
     pub(super) async fn run_merge(
         &self,
-        merge: Merge,
+        merge: RowLevelStatement,
         explain: Option<ExplainMerge>,
     ) -> Result<StatementOutput> {
         let started = now_nanos();
         let target = self.merge_target(&merge).await?;
+        let statement = merge.kind.keyword();
         if let Some(mode) = explain.filter(|e| !e.analyze) {
             let planned = self.plan_merge_on(&target, merge).await?;
             let graph = stage_graph(&planned.plan, true)?;
-            let document = ExplainDocument::plan("merge", self.engine_name(), &graph.stages);
+            let document = ExplainDocument::plan(statement, self.engine_name(), &graph.stages);
             return Ok(render_explain(&document, mode.format, ""));
         }
         let options = self.icemerge_options();
@@ -58,7 +60,10 @@ impl Session {
             // Cutting the plan into stages is planning: the run starts after.
             let graph = stage_graph(&planned.plan, true)?;
             let planned_at = now_nanos();
-            match self.execute_merge(&planned, &graph, &options).await {
+            match self
+                .execute_merge(&planned, &graph, &options, statement)
+                .await
+            {
                 Ok(Execution::Committed(outcome, commit)) => {
                     break (planned, planned_at, outcome, commit)
                 }
@@ -70,7 +75,7 @@ impl Session {
                         return Err(give_up(&found, &planned, reexecutions, &options));
                     }
                     reexecutions += 1;
-                    tracing::info!("{found}; running the MERGE again ({reexecutions})");
+                    tracing::info!("{found}; running the {statement} again ({reexecutions})");
                 }
                 Err(e) => {
                     discard_failed(&planned, self.engine.scheduler_url().is_some());
@@ -110,13 +115,14 @@ impl Session {
         }
     }
 
-    /// The MERGE's target table, which must exist.
-    async fn merge_target(&self, merge: &Merge) -> Result<TableIdent> {
-        let target = match &merge.table {
+    /// The statement's target table, which must exist.
+    async fn merge_target(&self, statement: &RowLevelStatement) -> Result<TableIdent> {
+        let said = statement.kind.statement();
+        let target = match &statement.merge.table {
             TableFactor::Table { name, .. } => self.object_ident(name)?,
             other => {
                 return Err(invalid_input(format!(
-                    "MERGE INTO: the target must be a table, found '{other}'"
+                    "{said}: the target must be a table, found '{other}'"
                 )))
             }
         };
@@ -124,14 +130,18 @@ impl Session {
         let catalog = &self.catalog.catalog;
         if !catalog.table_exists(&target).await.map_err(iceberg_err)? {
             return Err(not_found(format!(
-                "MERGE INTO: table '{target}' does not exist"
+                "{said}: table '{target}' does not exist"
             )));
         }
         Ok(target)
     }
 
     /// Plans `merge` on the target's current snapshot.
-    async fn plan_merge_on(&self, target: &TableIdent, merge: Merge) -> Result<PlannedMerge> {
+    async fn plan_merge_on(
+        &self,
+        target: &TableIdent,
+        merge: RowLevelStatement,
+    ) -> Result<PlannedMerge> {
         let base = self
             .catalog
             .catalog
@@ -157,8 +167,9 @@ impl Session {
         planned: &PlannedMerge,
         graph: &StageGraph,
         options: &IcemergeOptions,
+        statement: &str,
     ) -> Result<Execution> {
-        let batches = self.run_plan(graph, "merge").await?;
+        let batches = self.run_plan(graph, statement).await?;
         let mut outcome = collect_fragments(&planned.base, &batches)?;
         if let Some(dir) = &options.test_pause_before_commit {
             pause_before_commit(dir).await?;
@@ -209,7 +220,8 @@ fn give_up(
         )
     };
     conflict(format!(
-        "MERGE INTO {}: {found} ({why})",
+        "{} {}: {found} ({why})",
+        planned.bound.kind.statement(),
         planned.table_name
     ))
 }

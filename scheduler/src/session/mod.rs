@@ -259,12 +259,13 @@ impl Session {
             return self.alter_table_properties(alter).await;
         }
         if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql)? {
-            let merge = merge_sql::parse_merge(&merge_sql)?
-                .ok_or_else(|| invalid_input("EXPLAIN: expected a MERGE statement"))?;
-            return self.run_merge(merge, Some(mode)).await;
+            let statement = merge_sql::parse_row_level(&merge_sql)?.ok_or_else(|| {
+                invalid_input("EXPLAIN: expected a MERGE, UPDATE or DELETE statement")
+            })?;
+            return self.run_merge(statement, Some(mode)).await;
         }
-        if let Some(merge) = merge_sql::parse_merge(sql)? {
-            return self.run_merge(merge, None).await;
+        if let Some(statement) = merge_sql::parse_row_level(sql)? {
+            return self.run_merge(statement, None).await;
         }
         let mut statements = DFParser::parse_sql_with_dialect(sql, &GenericDialect {})
             .map_err(|e| invalid_input(format!("SQL syntax error: {e}")))?;

@@ -1,7 +1,9 @@
 //! The physical plan codec that ships icemerge operators between coordinator,
 //! scheduler and executors. Our nodes are wrapped in `icemerge_proto`
 //! messages behind a magic prefix; everything else is Ballista's (shuffle
-//! reader / writer) or DataFusion's, through Ballista's codec.
+//! reader / writer) or DataFusion's, through Ballista's codec. Our one
+//! expression, checked arithmetic, travels as its operator behind its own
+//! prefix (its operands are the expression's children).
 
 use std::sync::Arc;
 
@@ -10,6 +12,7 @@ use ballista_core::serde::BallistaPhysicalExtensionCodec;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::logical_expr::{AggregateUDF, ScalarUDF, WindowUDF};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
 use std::collections::HashMap;
@@ -21,6 +24,7 @@ use icemerge_proto::{
 };
 use prost::Message;
 
+use crate::checked_arithmetic::CheckedArithmeticExpr;
 use crate::merge_on_read::MergeOnReadWriterExec;
 use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
@@ -29,6 +33,7 @@ use crate::write_exec::IcebergWriteExec;
 use icemerge_proto::error::internal;
 
 const MAGIC: &[u8] = b"ICEMERGE1";
+const CHECKED_ARITHMETIC: &[u8] = b"ICEMERGE1-CHECKED:";
 
 /// Encodes icemerge operators; delegates all others to Ballista's codec.
 #[derive(Debug, Default)]
@@ -252,6 +257,34 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
         }
         .encode(buf)
         .map_err(|e| internal(format!("encode icemerge plan node: {e}")))
+    }
+
+    fn try_decode_expr(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn PhysicalExpr>],
+    ) -> Result<Arc<dyn PhysicalExpr>> {
+        let Some(op) = buf.strip_prefix(CHECKED_ARITHMETIC) else {
+            return self.fallback.try_decode_expr(buf, inputs);
+        };
+        let op = std::str::from_utf8(op).map_err(|e| internal(format!("bad operator: {e}")))?;
+        let [left, right] = inputs else {
+            return Err(internal("checked arithmetic takes two operands"));
+        };
+        Ok(Arc::new(CheckedArithmeticExpr::new(
+            left.clone(),
+            CheckedArithmeticExpr::parse_op(op)?,
+            right.clone(),
+        )))
+    }
+
+    fn try_encode_expr(&self, node: &Arc<dyn PhysicalExpr>, buf: &mut Vec<u8>) -> Result<()> {
+        let Some(checked) = node.as_any().downcast_ref::<CheckedArithmeticExpr>() else {
+            return self.fallback.try_encode_expr(node, buf);
+        };
+        buf.extend_from_slice(CHECKED_ARITHMETIC);
+        buf.extend_from_slice(checked.op_name().as_bytes());
+        Ok(())
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {

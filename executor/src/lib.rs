@@ -16,6 +16,7 @@
 //! - `cleanup`: removal of uncommitted files;
 //! - `process`: the executor process.
 
+pub mod checked_arithmetic;
 pub mod cleanup;
 pub mod codec;
 pub mod deletes;

@@ -35,6 +35,7 @@ use datafusion::sql::parser::{DFParser, Statement as DFStatement};
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::Catalog;
+use icemerge_executor::checked_arithmetic::CheckedArithmetic;
 use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_planner::alter_table::parse_alter_table;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
@@ -138,6 +139,7 @@ impl Session {
             .with_config(config.clone())
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(CheckedArithmetic))
             .build();
         let ctx = SessionContext::new_with_state(state);
         let provider = Arc::new(IcebergCatalogProvider::new(

@@ -7,8 +7,11 @@
 //!   the other: both read back the same rows, in Spark and in icemerge.
 //!   Then both tables switch to copy-on-write and get the same MERGE again
 //!   (icemerge's rewrite applies Spark's and its own deletes).
-//! - icemerge makes a merge-on-read table and merges into it; Spark reads
-//!   exactly the expected rows and sees icemerge's position delete files.
+//!   UPDATE and DELETE follow the same way (merge-on-read, then a DELETE in
+//!   copy-on-write).
+//! - icemerge makes a merge-on-read table, merges into it, updates (in
+//!   copy-on-write) and deletes (in merge-on-read); Spark reads exactly the
+//!   expected rows and sees icemerge's position delete files.
 //!
 //! Skipped, saying so, without `$ICEMERGE_SPARK_PYTHON` (`./test.sh` sets
 //! it up). The statements of one side are batched into one Spark process.
@@ -87,6 +90,20 @@ fn icemerge_merge(table: &str, tag: &str) -> String {
     )
 }
 
+/// The UPDATE and DELETE both engines run after the first MERGE (same
+/// syntax in both).
+fn update_delete(table: &str) -> [String; 2] {
+    [
+        format!("UPDATE db.{table} SET v = concat(v, '-u') WHERE id % 4 = 2 AND p <> 1"),
+        format!("DELETE FROM db.{table} WHERE id % 9 = 4 OR v = 'x'"),
+    ]
+}
+
+/// The DELETE both engines run in copy-on-write.
+fn cow_delete(table: &str) -> String {
+    format!("DELETE FROM db.{table} WHERE id IN (10, 20, 30, 55)")
+}
+
 const READ_A: &str = "SELECT id, v, p FROM db.a ORDER BY id";
 const READ_B: &str = "SELECT id, v, p FROM db.b ORDER BY id";
 
@@ -112,6 +129,10 @@ async fn icemerge_merges_into_spark_merge_on_read_tables() {
     let before_a = query(&session, READ_A).await;
     assert_eq!(before_a, query(&session, READ_B).await);
     session.execute(&icemerge_merge("a", "1")).await.unwrap();
+    for statement in update_delete("a") {
+        let row = query(&session, &statement).await;
+        assert_ne!(row[0][0], "0", "{statement} changed rows");
+    }
     let files = query(
         &session,
         "SELECT content, count(*) FROM db.\"a$files\" GROUP BY content ORDER BY content",
@@ -131,30 +152,40 @@ async fn icemerge_merges_into_spark_merge_on_read_tables() {
     // Spark: the same MERGE into b; both tables read the same; then both
     // switch to copy-on-write.
     let merge_b = spark_merge("b", "1");
+    let [update_b, delete_b] = update_delete("b");
     let out = spark.run(
         wh,
         SPARK_CATALOG,
         &[
             &merge_b,
+            &update_b,
+            &delete_b,
             READ_A,
             READ_B,
-            "ALTER TABLE db.a SET TBLPROPERTIES ('write.merge.mode' = 'copy-on-write')",
-            "ALTER TABLE db.b SET TBLPROPERTIES ('write.merge.mode' = 'copy-on-write')",
+            "ALTER TABLE db.a SET TBLPROPERTIES ('write.merge.mode' = 'copy-on-write', \
+             'write.delete.mode' = 'copy-on-write')",
+            "ALTER TABLE db.b SET TBLPROPERTIES ('write.merge.mode' = 'copy-on-write', \
+             'write.delete.mode' = 'copy-on-write')",
         ],
     );
-    assert_eq!(out[1], out[2], "Spark reads icemerge's merge as its own");
-    assert_eq!(out[1], icemerge_a, "icemerge and Spark read the same rows");
-    assert_ne!(out[1], before_a, "the merge changed rows");
+    assert_eq!(
+        out[3], out[4],
+        "Spark reads icemerge's statements as its own"
+    );
+    assert_eq!(out[3], icemerge_a, "icemerge and Spark read the same rows");
+    assert_ne!(out[3], before_a, "the statements changed rows");
 
     // Copy-on-write over files with Spark's and icemerge's deletes.
     let session = open(wh, SPARK_CATALOG, EngineKind::Local).await;
     session.execute(&icemerge_merge("a", "2")).await.unwrap();
+    session.execute(&cow_delete("a")).await.unwrap();
     let icemerge_a = query(&session, READ_A).await;
     drop(session);
     let merge_b = spark_merge("b", "2");
-    let out = spark.run(wh, SPARK_CATALOG, &[&merge_b, READ_A, READ_B]);
-    assert_eq!(out[1], out[2], "copy-on-write: Spark's rows");
-    assert_eq!(out[1], icemerge_a, "copy-on-write: icemerge's rows");
+    let delete_b = cow_delete("b");
+    let out = spark.run(wh, SPARK_CATALOG, &[&merge_b, &delete_b, READ_A, READ_B]);
+    assert_eq!(out[2], out[3], "copy-on-write: Spark's rows");
+    assert_eq!(out[2], icemerge_a, "copy-on-write: icemerge's rows");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -169,7 +200,7 @@ async fn spark_reads_icemerge_merge_on_read_tables() {
         .execute(
             "CREATE SCHEMA db;
              CREATE TABLE db.m (id BIGINT, v STRING) PARTITIONED BY (bucket(2, id))
-               TBLPROPERTIES ('write.merge.mode' = 'merge-on-read');
+               TBLPROPERTIES ('write.merge.mode' = 'merge-on-read', 'write.delete.mode' = 'merge-on-read');
              INSERT INTO db.m SELECT value, 'a' FROM generate_series(0, 29);
              MERGE INTO db.m USING (VALUES (1, 'u'), (2, 'D'), (40, 'i')) AS s(id, v) ON m.id = s.id
                WHEN MATCHED AND s.v = 'D' THEN DELETE
@@ -177,16 +208,24 @@ async fn spark_reads_icemerge_merge_on_read_tables() {
                WHEN NOT MATCHED THEN INSERT *;
              MERGE INTO db.m USING (VALUES (1, 'D'), (3, 'w'), (40, 'w')) AS s(id, v) ON m.id = s.id
                WHEN MATCHED AND s.v = 'D' THEN DELETE
-               WHEN MATCHED THEN UPDATE SET v = s.v;",
+               WHEN MATCHED THEN UPDATE SET v = s.v;
+             UPDATE db.m SET v = 'up' WHERE id IN (5, 7);
+             DELETE FROM db.m WHERE id = 6 OR id > 25;",
         )
         .await
         .unwrap();
     let expected = query(&session, "SELECT id, v FROM db.m ORDER BY id").await;
-    let mut model: Vec<Vec<String>> = (0..30)
-        .filter(|i| ![1, 2].contains(i))
-        .map(|i| vec![i.to_string(), if i == 3 { "w" } else { "a" }.to_string()])
+    let model: Vec<Vec<String>> = (0..26)
+        .filter(|i| ![1, 2, 6].contains(i))
+        .map(|i| {
+            let v = match i {
+                3 => "w",
+                5 | 7 => "up",
+                _ => "a",
+            };
+            vec![i.to_string(), v.to_string()]
+        })
         .collect();
-    model.push(vec!["40".into(), "w".into()]);
     assert_eq!(expected, model);
     let delete_files = query(
         &session,

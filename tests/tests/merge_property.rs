@@ -1,14 +1,17 @@
-//! Property test of MERGE INTO against a reference model.
+//! Property test of MERGE INTO, UPDATE and DELETE against a reference model.
 //!
 //! Each case builds a random target table (0–3 INSERTs, so 0–3 data files
 //! or more when partitioned; unpartitioned or partitioned by bucket, identity
 //! or truncate, so that updates move rows between partitions; unique non-NULL
-//! ids; `write.merge.mode` copy-on-write or merge-on-read), then runs 1–3
-//! MERGEs in a row, each with a random source (0–6 rows given as VALUES, NULL
+//! ids; `write.merge.mode`, `write.update.mode` and `write.delete.mode` all
+//! copy-on-write or all merge-on-read), then runs 1–3 statements in a row,
+//! mostly MERGEs, each with a random source (0–6 rows given as VALUES, NULL
 //! ids allowed, duplicate ids likely) and a random list of 1–4 WHEN clauses,
-//! and after each compares the table and the counts of the result row with a
-//! plain Rust model of MERGE semantics (in merge-on-read, later merges run on
-//! data files that carry the position deletes of earlier ones):
+//! and sometimes an `UPDATE db.t SET v|s = ... [WHERE ...]` or a `DELETE FROM
+//! db.t [WHERE ...]` whose WHERE sees only the target row. After each it
+//! compares the table and the counts of the result row with a plain Rust
+//! model of MERGE semantics (in merge-on-read, later statements run on data
+//! files that carry the position deletes of earlier ones):
 //!
 //! - ON `t.id = src.id`, NULL never matching;
 //! - for each (target, source) pair that matches, the FIRST `WHEN MATCHED`
@@ -18,7 +21,9 @@
 //!   `WHEN NOT MATCHED BY SOURCE` clauses;
 //! - a target row for which two or more source rows make a MATCHED clause
 //!   act is an error ("matched more than one source row") and the table,
-//!   including its snapshots, is left unchanged.
+//!   including its snapshots, is left unchanged;
+//! - UPDATE and DELETE act on every target row whose WHERE holds (a NULL
+//!   WHERE is false), as a MERGE with one `WHEN MATCHED` clause would.
 //!
 //! A failing case prints every statement it ran, so it can be replayed in the
 //! CLI. `PROPTEST_CASES=n` overrides the number of cases of both tests.
@@ -74,7 +79,8 @@ const TARGET_CONDS: [Cond; 4] = [
 ];
 const BOTH_CONDS: [Cond; 2] = [Cond::TgtVLtSrcV, Cond::TgtSEqSrcS];
 
-/// New value of `v` in a MATCHED update.
+/// New value of `v` in a MATCHED update (or, `TgtVPlus1` and `Null`, in an
+/// UPDATE statement).
 #[derive(Clone, Copy, Debug)]
 enum VExpr {
     SrcV,
@@ -83,7 +89,8 @@ enum VExpr {
     Null,
 }
 
-/// New value of `s` in a MATCHED update.
+/// New value of `s` in a MATCHED update (or, `LitZ` and `TgtSConcatX`, in an
+/// UPDATE statement).
 #[derive(Clone, Copy, Debug)]
 enum SExpr {
     SrcS,
@@ -130,15 +137,33 @@ struct Merge {
     clauses: Vec<Clause>,
 }
 
+/// The SET of an UPDATE statement: its expression sees only the target row.
+#[derive(Clone, Copy, Debug)]
+enum UpdateSet {
+    V(VExpr),
+    S(SExpr),
+}
+
+/// One statement of a case.
+#[derive(Clone, Debug)]
+enum Step {
+    Merge(Merge),
+    /// `UPDATE db.t SET ... [WHERE cond]`, `cond` one of `TARGET_CONDS`.
+    Update(Option<Cond>, UpdateSet),
+    /// `DELETE FROM db.t [WHERE cond]`, `cond` one of `TARGET_CONDS`.
+    Delete(Option<Cond>),
+}
+
 #[derive(Clone, Debug)]
 struct Case {
     /// One INSERT statement (so one data file) per inner vector; never empty.
     inserts: Vec<Vec<Row>>,
-    /// The MERGEs, run in order.
-    merges: Vec<Merge>,
+    /// The statements, run in order.
+    steps: Vec<Step>,
     /// The target's `PARTITIONED BY` clause (empty: unpartitioned).
     partitioning: &'static str,
-    /// The target's `write.merge.mode`.
+    /// The target's `write.merge.mode`, `write.update.mode` and
+    /// `write.delete.mode`.
     mode: &'static str,
 }
 
@@ -249,16 +274,35 @@ fn merge() -> impl Strategy<Value = Merge> {
         })
 }
 
+fn update_set() -> impl Strategy<Value = UpdateSet> {
+    prop_oneof![
+        Just(UpdateSet::V(VExpr::TgtVPlus1)),
+        Just(UpdateSet::V(VExpr::Null)),
+        Just(UpdateSet::S(SExpr::LitZ)),
+        Just(UpdateSet::S(SExpr::TgtSConcatX)),
+    ]
+}
+
+/// A MERGE most often, else an UPDATE or a DELETE.
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => merge().prop_map(Step::Merge),
+        1 => (cond_from(TARGET_CONDS.to_vec()), update_set())
+            .prop_map(|(c, set)| Step::Update(c, set)),
+        1 => cond_from(TARGET_CONDS.to_vec()).prop_map(Step::Delete),
+    ]
+}
+
 fn case() -> impl Strategy<Value = Case> {
     (
         target(),
-        prop::collection::vec(merge(), 1..=3),
+        prop::collection::vec(step(), 1..=3),
         prop::sample::select(PARTITIONINGS.to_vec()),
         prop::sample::select(MODES.to_vec()),
     )
-        .prop_map(|(inserts, merges, partitioning, mode)| Case {
+        .prop_map(|(inserts, steps, partitioning, mode)| Case {
             inserts,
-            merges,
+            steps,
             partitioning,
             mode,
         })
@@ -310,30 +354,32 @@ fn cond_sql(c: Cond) -> &'static str {
     }
 }
 
+fn v_expr_sql(e: VExpr) -> &'static str {
+    match e {
+        VExpr::SrcV => "src.v",
+        VExpr::TgtVPlus1 => "t.v + 1",
+        VExpr::SrcVPlusTgtV => "src.v + t.v",
+        VExpr::Null => "NULL",
+    }
+}
+
+fn s_expr_sql(e: SExpr) -> &'static str {
+    match e {
+        SExpr::SrcS => "src.s",
+        SExpr::LitZ => "'z'",
+        SExpr::TgtSConcatX => "t.s || 'x'",
+        SExpr::Null => "NULL",
+    }
+}
+
 fn clause_sql(clause: &Clause) -> String {
     let (kind, cond, action) = match clause {
         Clause::Matched(c, a) => (
             "MATCHED",
             c,
             match a {
-                MatchedAction::SetV(e) => format!(
-                    "UPDATE SET v = {}",
-                    match e {
-                        VExpr::SrcV => "src.v",
-                        VExpr::TgtVPlus1 => "t.v + 1",
-                        VExpr::SrcVPlusTgtV => "src.v + t.v",
-                        VExpr::Null => "NULL",
-                    }
-                ),
-                MatchedAction::SetS(e) => format!(
-                    "UPDATE SET s = {}",
-                    match e {
-                        SExpr::SrcS => "src.s",
-                        SExpr::LitZ => "'z'",
-                        SExpr::TgtSConcatX => "t.s || 'x'",
-                        SExpr::Null => "NULL",
-                    }
-                ),
+                MatchedAction::SetV(e) => format!("UPDATE SET v = {}", v_expr_sql(*e)),
+                MatchedAction::SetS(e) => format!("UPDATE SET s = {}", s_expr_sql(*e)),
                 MatchedAction::Delete => "DELETE".into(),
             },
         ),
@@ -384,6 +430,26 @@ fn merge_sql(case: &Merge) -> String {
         sql.push_str(&clause_sql(clause));
     }
     sql
+}
+
+/// ` WHERE cond`, or nothing. The conditions name the target `t`, the
+/// default alias of `db.t`.
+fn where_sql(cond: &Option<Cond>) -> String {
+    cond.map_or(String::new(), |c| format!(" WHERE {}", cond_sql(c)))
+}
+
+fn step_sql(step: &Step) -> String {
+    match step {
+        Step::Merge(merge) => merge_sql(merge),
+        Step::Update(cond, set) => {
+            let set = match set {
+                UpdateSet::V(e) => format!("v = {}", v_expr_sql(*e)),
+                UpdateSet::S(e) => format!("s = {}", s_expr_sql(*e)),
+            };
+            format!("UPDATE db.t SET {set}{}", where_sql(cond))
+        }
+        Step::Delete(cond) => format!("DELETE FROM db.t{}", where_sql(cond)),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -441,6 +507,33 @@ enum ModelResult {
     },
 }
 
+/// The target row `t` with `v` set to `e` (`s`: the source row, absent for
+/// an UPDATE statement, whose expressions never reference it).
+fn set_v(e: VExpr, t: &Row, s: Option<&Row>) -> Row {
+    let s = || s.expect("expression references the source");
+    let v = match e {
+        VExpr::SrcV => s().v,
+        VExpr::TgtVPlus1 => add(t.v, Some(1)),
+        VExpr::SrcVPlusTgtV => add(s().v, t.v),
+        VExpr::Null => None,
+    };
+    Row { v, ..t.clone() }
+}
+
+/// The target row `t` with `s` set to `e`; as [`set_v`].
+fn set_s(e: SExpr, t: &Row, s: Option<&Row>) -> Row {
+    let new_s = match e {
+        SExpr::SrcS => s.expect("expression references the source").s.clone(),
+        SExpr::LitZ => Some("z".to_string()),
+        SExpr::TgtSConcatX => t.s.as_ref().map(|x| format!("{x}x")),
+        SExpr::Null => None,
+    };
+    Row {
+        s: new_s,
+        ..t.clone()
+    }
+}
+
 fn model(target: &[Row], source: &[Row], clauses: &[Clause]) -> ModelResult {
     let matches = |t: &Row, s: &Row| t.id.is_some() && t.id == s.id;
     let mut rows = vec![];
@@ -481,26 +574,11 @@ fn model(target: &[Row], source: &[Row], clauses: &[Clause]) -> ModelResult {
                 MatchedAction::Delete => counts.deleted += 1,
                 MatchedAction::SetV(e) => {
                     counts.updated += 1;
-                    let v = match e {
-                        VExpr::SrcV => s.v,
-                        VExpr::TgtVPlus1 => add(t.v, Some(1)),
-                        VExpr::SrcVPlusTgtV => add(s.v, t.v),
-                        VExpr::Null => None,
-                    };
-                    rows.push(Row { v, ..t.clone() });
+                    rows.push(set_v(*e, t, Some(s)));
                 }
                 MatchedAction::SetS(e) => {
                     counts.updated += 1;
-                    let new_s = match e {
-                        SExpr::SrcS => s.s.clone(),
-                        SExpr::LitZ => Some("z".to_string()),
-                        SExpr::TgtSConcatX => t.s.as_ref().map(|x| format!("{x}x")),
-                        SExpr::Null => None,
-                    };
-                    rows.push(Row {
-                        s: new_s,
-                        ..t.clone()
-                    });
+                    rows.push(set_s(*e, t, Some(s)));
                 }
             },
             _ => {
@@ -535,6 +613,41 @@ fn model(target: &[Row], source: &[Row], clauses: &[Clause]) -> ModelResult {
         }
     }
     ModelResult::Ok { rows, counts }
+}
+
+/// `UPDATE db.t SET set WHERE cond` (`set`: `None` for `DELETE FROM db.t
+/// WHERE cond`): every target row whose `cond` holds is updated (deleted),
+/// the others are kept. Never an error.
+fn model_update_delete(target: &[Row], cond: &Option<Cond>, set: Option<UpdateSet>) -> ModelResult {
+    let mut rows = vec![];
+    let mut counts = Counts::default();
+    for t in target {
+        if !holds(cond, Some(t), None) {
+            rows.push(t.clone());
+            continue;
+        }
+        match set {
+            None => counts.deleted += 1,
+            Some(UpdateSet::V(e)) => {
+                counts.updated += 1;
+                rows.push(set_v(e, t, None));
+            }
+            Some(UpdateSet::S(e)) => {
+                counts.updated += 1;
+                rows.push(set_s(e, t, None));
+            }
+        }
+    }
+    ModelResult::Ok { rows, counts }
+}
+
+/// The model's outcome of `step` on a table whose rows are `target`.
+fn model_step(target: &[Row], step: &Step) -> ModelResult {
+    match step {
+        Step::Merge(merge) => model(target, &merge.source, &merge.clauses),
+        Step::Update(cond, set) => model_update_delete(target, cond, Some(*set)),
+        Step::Delete(cond) => model_update_delete(target, cond, None),
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -609,8 +722,10 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
     };
     r.run("CREATE SCHEMA db").await?;
     r.run(&format!(
-        "CREATE TABLE db.t (id BIGINT, v INT, s STRING){} TBLPROPERTIES ('write.merge.mode' = '{}')",
-        case.partitioning, case.mode
+        "CREATE TABLE db.t (id BIGINT, v INT, s STRING){} TBLPROPERTIES ('write.merge.mode' = \
+         '{mode}', 'write.update.mode' = '{mode}', 'write.delete.mode' = '{mode}')",
+        case.partitioning,
+        mode = case.mode
     ))
     .await?;
     for rows in &case.inserts {
@@ -621,30 +736,35 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
     let before = r.table().await?;
     if before != printed(&target) {
         return Err(r.fail(&format!(
-            "the table before the MERGE is {before:?}, expected {:?}",
+            "the table before the first statement is {before:?}, expected {:?}",
             printed(&target)
         )));
     }
-    for merge in &case.merges {
-        if let Some(rows) = check_merge(&mut r, &target, merge).await? {
+    for step in &case.steps {
+        if let Some(rows) = check_step(&mut r, &target, step).await? {
             target = rows;
         }
     }
     Ok(())
 }
 
-/// Runs `merge` on the table, whose rows are `target`, and checks it
+/// Runs `step` on the table, whose rows are `target`, and checks it
 /// against the model: the table's rows afterwards (`None`: unchanged).
-async fn check_merge(
+async fn check_step(
     r: &mut Runner<'_>,
     target: &[Row],
-    merge: &Merge,
+    step: &Step,
 ) -> Result<Option<Vec<Row>>, String> {
     let before = r.table().await?;
     let snapshots_before = r.snapshots().await?;
-    let sql = merge_sql(merge);
+    let sql = step_sql(step);
+    let kind = match step {
+        Step::Merge(_) => "MERGE",
+        Step::Update(..) => "UPDATE",
+        Step::Delete(_) => "DELETE",
+    };
     let outcome = r.try_run(&sql).await;
-    match model(target, &merge.source, &merge.clauses) {
+    match model_step(target, step) {
         ModelResult::DuplicateMatch { id } => {
             match outcome {
                 Ok(rows) => {
@@ -679,7 +799,7 @@ async fn check_merge(
         ModelResult::Ok { rows, counts } => {
             let result = match outcome {
                 Ok(result) => result,
-                Err(e) => return Err(r.fail(&format!("the MERGE failed: {e}"))),
+                Err(e) => return Err(r.fail(&format!("the {kind} failed: {e}"))),
             };
             let expected_counts = vec![
                 (counts.updated + counts.deleted + counts.inserted).to_string(),
@@ -693,14 +813,14 @@ async fn check_merge(
             };
             if got_counts.as_ref() != Some(&expected_counts) {
                 return Err(r.fail(&format!(
-                    "MERGE result row {result:?}; expected count, rows_updated, rows_deleted, \
+                    "{kind} result row {result:?}; expected count, rows_updated, rows_deleted, \
                      rows_inserted = {expected_counts:?}"
                 )));
             }
             let after = r.table().await?;
             if after != printed(&rows) {
                 return Err(r.fail(&format!(
-                    "after the MERGE the table is\n  {after:?}\nexpected (model)\n  {:?}",
+                    "after the {kind} the table is\n  {after:?}\nexpected (model)\n  {:?}",
                     printed(&rows)
                 )));
             }
@@ -740,7 +860,7 @@ fn run_property(engine: EngineKind, default_cases: u32) {
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, case)) => {
-            panic!("MERGE disagrees with the model\n{reason}\nminimal case: {case:#?}")
+            panic!("MERGE, UPDATE or DELETE disagrees with the model\n{reason}\nminimal case: {case:#?}")
         }
         Err(e) => panic!("{e}"),
     }
@@ -827,6 +947,68 @@ fn model_follows_the_documented_examples() {
             vec!["NULL", "NULL", "NULL"],
         ]
     );
+}
+
+/// UPDATE and DELETE: a NULL WHERE is false, NULL + 1 and NULL || 'x' are
+/// NULL.
+#[test]
+fn update_delete_model() {
+    let r = |id: i64, v: Option<i64>, s: Option<&str>| Row {
+        id: Some(id),
+        v,
+        s: s.map(str::to_string),
+    };
+    let target = vec![
+        r(1, Some(7), None),
+        r(2, None, Some("a")),
+        r(3, Some(2), Some("b")),
+    ];
+    let run = |step: Step| match model_step(&target, &step) {
+        ModelResult::Ok { rows, counts } => (printed(&rows), counts),
+        ModelResult::DuplicateMatch { .. } => panic!("UPDATE and DELETE never fail"),
+    };
+    let (rows, counts) = run(Step::Update(
+        Some(Cond::TgtVGt5),
+        UpdateSet::S(SExpr::TgtSConcatX),
+    ));
+    assert_eq!(
+        counts,
+        Counts {
+            updated: 1,
+            deleted: 0,
+            inserted: 0
+        }
+    );
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "7", "NULL"],
+            vec!["2", "NULL", "a"],
+            vec!["3", "2", "b"],
+        ]
+    );
+    let (rows, counts) = run(Step::Update(None, UpdateSet::V(VExpr::TgtVPlus1)));
+    assert_eq!(counts.updated, 3);
+    assert_eq!(
+        rows,
+        vec![
+            vec!["1", "8", "NULL"],
+            vec!["2", "NULL", "a"],
+            vec!["3", "3", "b"],
+        ]
+    );
+    let (rows, counts) = run(Step::Delete(Some(Cond::TgtSEqA)));
+    assert_eq!(
+        counts,
+        Counts {
+            updated: 0,
+            deleted: 1,
+            inserted: 0
+        }
+    );
+    assert_eq!(rows, vec![vec!["1", "7", "NULL"], vec!["3", "2", "b"]]);
+    let (rows, counts) = run(Step::Delete(None));
+    assert_eq!((rows.len(), counts.deleted), (0, 3));
 }
 
 // ---------------------------------------------------------------------------

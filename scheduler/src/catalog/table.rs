@@ -248,9 +248,11 @@ impl TableProvider for IcebergTableProvider {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        if insert_op != InsertOp::Append {
+        // OVERWRITE writes as INSERT does; the session commits the files
+        // as replacing partitions (`commit::commit_insert_overwrite`).
+        if insert_op == InsertOp::Replace {
             return Err(unsupported(format!(
-                "{insert_op} into an Iceberg table is not supported; use INSERT INTO or MERGE"
+                "{insert_op} into an Iceberg table is not supported; use MERGE"
             )));
         }
         Ok(Arc::new(IcebergWriteExec::new(

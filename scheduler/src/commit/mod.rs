@@ -31,7 +31,8 @@
 //! metadata file.
 //!
 //! Actions: `append.rs` (INSERT, CTAS), `overwrite.rs` (MERGE,
-//! copy-on-write) and `row_delta.rs` (MERGE, merge-on-read: data and
+//! copy-on-write; `insert_overwrite.rs` picks INSERT OVERWRITE's replaced
+//! files and commits through it) and `row_delta.rs` (MERGE, merge-on-read: data and
 //! position delete files added, nothing removed). How replace and
 //! metadata-only actions plug in is described in `producer.rs`.
 
@@ -41,6 +42,7 @@ mod concurrent;
 mod context;
 mod dangling_deletes;
 mod delete_files;
+mod insert_overwrite;
 mod isolation;
 mod manifest_list;
 mod manifests;
@@ -60,6 +62,7 @@ pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
 pub use context::{CommitContext, ConflictFilter};
+pub use insert_overwrite::commit_insert_overwrite;
 pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
     UPDATE_ISOLATION_LEVEL,

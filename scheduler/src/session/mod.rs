@@ -25,10 +25,12 @@ mod output;
 use std::sync::{Arc, Mutex};
 
 use arrow::record_batch::RecordBatch;
+use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::SessionStateBuilder;
-use datafusion::logical_expr::LogicalPlan;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DFStatement};
@@ -43,7 +45,7 @@ use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph, Timing
 use icemerge_planner::merge as merge_sql;
 
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
-use crate::catalog::{open_catalog, IcebergCatalogProvider, OpenCatalog};
+use crate::catalog::{open_catalog, IcebergCatalogProvider, IcebergTableProvider, OpenCatalog};
 use crate::engine::{
     now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl, SchedulerTarget,
 };
@@ -323,9 +325,12 @@ impl Session {
             }
             _ => {}
         }
+        let overwrite = overwritten_table(&plan)?;
         let physical = self.ctx.state().create_physical_plan(&plan).await?;
         if let Some(writer) = physical.as_any().downcast_ref::<IcebergWriteExec>() {
-            let rows = self.run_insert(writer, physical.clone()).await?;
+            let rows = self
+                .run_insert(writer, physical.clone(), overwrite.as_ref())
+                .await?;
             return Ok(StatementOutput::count(rows));
         }
         let schema = physical.schema();
@@ -389,6 +394,25 @@ impl Session {
 
 /// A DataFusion runtime whose memory pool holds statements to `budget`;
 /// operators spill to the system's temporary directory beyond their share.
+/// The table an `INSERT OVERWRITE` replaces rows of, as the statement
+/// planned it; `None` for any other plan.
+fn overwritten_table(plan: &LogicalPlan) -> Result<Option<iceberg::table::Table>> {
+    let LogicalPlan::Dml(dml) = plan else {
+        return Ok(None);
+    };
+    if dml.op != WriteOp::Insert(InsertOp::Overwrite) {
+        return Ok(None);
+    }
+    let provider = source_as_provider(&dml.target)?;
+    match provider.as_any().downcast_ref::<IcebergTableProvider>() {
+        Some(table) => Ok(Some(table.table.clone())),
+        None => Err(invalid_input(format!(
+            "INSERT OVERWRITE {}: only Iceberg tables can be overwritten",
+            dml.table_name
+        ))),
+    }
+}
+
 fn budget_runtime(budget: &MemoryBudget) -> Result<Arc<RuntimeEnv>> {
     RuntimeEnvBuilder::new()
         .with_memory_pool(budget.pool())

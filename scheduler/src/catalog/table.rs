@@ -27,7 +27,7 @@ use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use super::filter_pushdown::to_iceberg_predicate;
-use icemerge_proto::error::{internal, unsupported};
+use icemerge_proto::error::{internal, invalid_input, not_found, unsupported};
 
 /// One Iceberg table at one snapshot.
 #[derive(Debug, Clone)]
@@ -41,6 +41,9 @@ pub struct IcebergTableProvider {
     /// Prunes files (never rows) with this predicate too: a MERGE's dynamic
     /// pruning from its source's key values.
     pub pruning: Option<Predicate>,
+    /// The snapshot read instead of the current one (time travel); such a
+    /// table cannot be written.
+    pub snapshot_id: Option<i64>,
 }
 
 impl IcebergTableProvider {
@@ -59,7 +62,23 @@ impl IcebergTableProvider {
             file_io_props,
             row_ids: false,
             pruning: None,
+            snapshot_id: None,
         })
+    }
+
+    /// The same table as of `snapshot_id` (which must exist), with the
+    /// schema that snapshot was written with.
+    pub fn at_snapshot(mut self, snapshot_id: i64) -> Result<Self> {
+        let metadata = self.table.metadata();
+        let snapshot = metadata.snapshot_by_id(snapshot_id).ok_or_else(|| {
+            not_found(format!("table {} has no snapshot {snapshot_id}", self.name))
+        })?;
+        let schema = snapshot.schema(metadata).map_err(iceberg_err)?;
+        let arrow = schema_to_arrow_schema(&schema).map_err(iceberg_err)?;
+        let arrow = iceberg::arrow::strip_metadata_from_schema(&arrow).map_err(iceberg_err)?;
+        self.schema = Arc::new(arrow);
+        self.snapshot_id = Some(snapshot_id);
+        Ok(self)
     }
 
     /// The same table, its scans pruning data files with `predicate` (files
@@ -140,7 +159,12 @@ impl IcebergTableProvider {
                 exec
             }
         };
-        let Some(snapshot) = self.table.metadata().current_snapshot() else {
+        let metadata = self.table.metadata();
+        let snapshot = match self.snapshot_id {
+            Some(id) => metadata.snapshot_by_id(id),
+            None => metadata.current_snapshot(),
+        };
+        let Some(snapshot) = snapshot else {
             return Ok(finish(IcebergScanExec::new(
                 self.name.clone(),
                 schema,
@@ -250,6 +274,12 @@ impl TableProvider for IcebergTableProvider {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         // OVERWRITE writes as INSERT does; the session commits the files
         // as replacing partitions (`commit::commit_insert_overwrite`).
+        if let Some(id) = self.snapshot_id {
+            return Err(invalid_input(format!(
+                "table {} as of snapshot {id} cannot be written: time travel reads a past snapshot",
+                self.name
+            )));
+        }
         if insert_op == InsertOp::Replace {
             return Err(unsupported(format!(
                 "{insert_op} into an Iceberg table is not supported; use MERGE"

@@ -2,14 +2,16 @@
 //! It owns the DataFusion context (with the Iceberg catalog as its default
 //! catalog) and dispatches each statement: DDL to the catalog (`ddl`;
 //! `alter` for ALTER TABLE's properties),
-//! INSERT (`insert`) and MERGE (`merge`) to the engine and then the commit,
+//! INSERT (`insert`) and MERGE, UPDATE, DELETE (`merge`) to the engine and then the commit,
 //! everything else to the engine as one physical plan.
 //!
 //! - `options`: how a session is opened, the DataFusion settings;
 //! - `names`: table and namespace names;
 //! - `output`: what a statement gives back;
 //! - `metrics`: the last plan's operator counters;
-//! - `explain_analyze`: EXPLAIN ANALYZE's figures.
+//! - `explain_analyze`: EXPLAIN ANALYZE's figures;
+//! - `time_travel`: tables read `FOR VERSION / TIMESTAMP AS OF`, resolved
+//!   before a statement is parsed.
 
 mod alter;
 mod commit_pause;
@@ -21,6 +23,7 @@ mod metrics;
 mod names;
 mod options;
 mod output;
+mod time_travel;
 
 use std::sync::{Arc, Mutex};
 
@@ -245,7 +248,15 @@ impl Session {
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
         let _active = self.control.begin();
-        match self.dispatch(sql).await {
+        let outcome = match self.pin_time_travel(sql).await {
+            Ok((resolved, pinned)) => {
+                let outcome = self.dispatch(&resolved).await;
+                self.unpin(pinned);
+                outcome
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
             Ok(out) => Ok(out),
             Err(e) => {
                 let e = over_budget(e, &self.budget);

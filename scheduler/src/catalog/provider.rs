@@ -1,6 +1,7 @@
 //! The Iceberg catalog as DataFusion's catalog: namespaces are schemas,
 //! tables load as `IcebergTableProvider`s at their current snapshot, and
-//! `"t$snapshots"` / `"t$files"` are the system tables of table `t`.
+//! `"t$snapshots"`, `"t$files"`, `"t$history"`, `"t$refs"` and
+//! `"t$manifests"` are the system tables of table `t`.
 //! Tables registered by the session itself (`CREATE EXTERNAL TABLE`) live in
 //! memory beside the Iceberg tables of the same schema.
 
@@ -8,7 +9,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
-use super::system_tables;
+use super::{history_tables, system_tables};
 use async_trait::async_trait;
 use datafusion::catalog::{CatalogProvider, MemTable, SchemaProvider};
 use datafusion::datasource::TableProvider;
@@ -164,9 +165,13 @@ impl SchemaProvider for IcebergSchemaProvider {
             let batch = match kind {
                 "snapshots" => system_tables::snapshots_batch(&table)?,
                 "files" => system_tables::files_batch(&table).await?,
+                "history" => history_tables::history_batch(&table)?,
+                "refs" => history_tables::refs_batch(&table)?,
+                "manifests" => history_tables::manifests_batch(&table).await?,
                 other => {
                     return Err(invalid_input(format!(
-                        "unknown system table '${other}' of '{base}': expected $snapshots or $files"
+                        "unknown system table '${other}' of '{base}': expected $snapshots, $files, \
+                         $history, $refs or $manifests"
                     )))
                 }
             };

@@ -111,3 +111,28 @@ async fn cluster_scan_runs_as_several_tasks_on_two_executors() {
     assert!(scan_tasks >= 2, "the scan ran as {scan_tasks} task(s)");
     assert_eq!(session.last_metrics().get("files_scanned"), 8);
 }
+
+/// A query whose output columns share a name (`a.v`, `b.v`) runs on both
+/// engines and keeps both columns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn columns_with_the_same_name_come_back_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.a (id BIGINT, v STRING);
+                 CREATE TABLE db.b (id BIGINT, v STRING);
+                 INSERT INTO db.a VALUES (1, 'a1'), (2, 'a2');
+                 INSERT INTO db.b VALUES (1, 'b1'), (3, 'b3')",
+            )
+            .await
+            .unwrap();
+        let rows = query(
+            &session,
+            "SELECT a.id, a.v, b.v FROM db.a AS a JOIN db.b AS b ON a.id = b.id",
+        )
+        .await;
+        assert_eq!(rows, vec![vec!["1", "a1", "b1"]], "{engine:?}");
+    }
+}

@@ -40,7 +40,20 @@ pub struct ShippedPlanNode {
 
 impl ShippedPlanNode {
     pub fn new(plan: Arc<dyn ExecutionPlan>) -> Result<Self> {
-        let schema = Arc::new(DFSchema::try_from(plan.schema().as_ref().clone())?);
+        let arrow = plan.schema();
+        let mut names = std::collections::HashSet::new();
+        let schema = if arrow.fields().iter().all(|f| names.insert(f.name())) {
+            DFSchema::try_from(arrow.as_ref().clone())?
+        } else {
+            // Output columns may share a name (`SELECT a.v, b.v ...`): a
+            // logical schema may not, so each field gets its position as
+            // qualifier. The columns keep their names.
+            let qualifiers = (0..arrow.fields().len())
+                .map(|i| Some(TableReference::bare(format!("__icemerge_column_{i}"))))
+                .collect();
+            DFSchema::from_field_specific_qualified_schema(qualifiers, &arrow)?
+        };
+        let schema = Arc::new(schema);
         Ok(Self {
             id: uuid::Uuid::new_v4().to_string(),
             plan,

@@ -1,6 +1,7 @@
 //! The distributed Iceberg scan: file pruning from pushed filters (asserted
 //! from the scan's own metrics) on both engines, and on the cluster engine a
-//! scan of many files that runs as several tasks on at least two executors.
+//! scan of many files that runs as several tasks on at least two executors;
+//! a join's output columns that share a name, on both engines.
 
 use std::collections::BTreeSet;
 

@@ -200,9 +200,10 @@ mod tests {
                 "DELETE ... USING",
             ),
             ("DELETE FROM db.t WHERE id = 1 RETURNING id", "RETURNING"),
+            ("DELETE FROM t1, t2 WHERE t1.id = 1", "several tables"),
             (
-                "DELETE t1, t2 FROM t1 JOIN t2 ON t1.id = t2.id",
-                "several tables",
+                "DELETE FROM db.t AS a JOIN db.s AS b ON a.id = b.id",
+                "the target must be one table",
             ),
         ] {
             let err = parse_update_or_delete(sql).unwrap_err().to_string();

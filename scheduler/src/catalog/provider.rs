@@ -1,7 +1,7 @@
 //! The Iceberg catalog as DataFusion's catalog: namespaces are schemas,
 //! tables load as `IcebergTableProvider`s at their current snapshot, and
-//! `"t$snapshots"`, `"t$files"`, `"t$history"`, `"t$refs"` and
-//! `"t$manifests"` are the system tables of table `t`.
+//! `"t$snapshots"`, `"t$files"`, `"t$partitions"`, `"t$history"`,
+//! `"t$refs"` and `"t$manifests"` are the system tables of table `t`.
 //! Tables registered by the session itself (`CREATE EXTERNAL TABLE`) live in
 //! memory beside the Iceberg tables of the same schema.
 
@@ -165,13 +165,14 @@ impl SchemaProvider for IcebergSchemaProvider {
             let batch = match kind {
                 "snapshots" => system_tables::snapshots_batch(&table)?,
                 "files" => system_tables::files_batch(&table).await?,
+                "partitions" => system_tables::partitions_batch(&table).await?,
                 "history" => history_tables::history_batch(&table)?,
                 "refs" => history_tables::refs_batch(&table)?,
                 "manifests" => history_tables::manifests_batch(&table).await?,
                 other => {
                     return Err(invalid_input(format!(
                         "unknown system table '${other}' of '{base}': expected $snapshots, $files, \
-                         $history, $refs or $manifests"
+                         $partitions, $history, $refs or $manifests"
                     )))
                 }
             };

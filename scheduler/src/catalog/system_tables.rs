@@ -7,6 +7,8 @@
 //!   snapshot recorded in the table metadata, ordered by commit time.
 //! * `$files` ([`files_schema`] / [`files_batch`]): one row per live data or
 //!   delete file of the table's current snapshot, ordered by file path.
+//! * `$partitions` ([`partitions_schema`] / [`partitions_batch`]): `$files`
+//!   summed per partition.
 //!
 //! Everything here works from an [`iceberg::table::Table`] only (metadata,
 //! manifest lists and manifests); no data files are read. Registering these
@@ -16,8 +18,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, Int32Builder, Int64Array, Int64Builder, MapBuilder, StringArray, StringBuilder,
-    TimestampMillisecondArray,
+    ArrayRef, Int32Array, Int32Builder, Int64Array, Int64Builder, MapBuilder, StringArray,
+    StringBuilder, TimestampMillisecondArray,
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
@@ -29,7 +31,7 @@ use iceberg::spec::{
 use iceberg::table::Table;
 
 use super::manifests::load_manifests;
-use icemerge_proto::error::io_error;
+use icemerge_proto::error::{internal, io_error};
 
 /// Map type produced by arrow's `MapBuilder` with default field names
 /// (`entries` / `keys` / `values`, values nullable).
@@ -251,6 +253,77 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
         Arc::new(snapshot_id.finish()),
     ];
     RecordBatch::try_new(files_schema(), columns).map_err(|e| arrow_err("building $files batch", e))
+}
+
+// ---------------------------------------------------------------------------
+// $partitions
+// ---------------------------------------------------------------------------
+
+/// Schema of the `$partitions` system table (Spark's columns).
+pub fn partitions_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("partition", DataType::Utf8, false),
+        Field::new("spec_id", DataType::Int32, false),
+        Field::new("record_count", DataType::Int64, false),
+        Field::new("file_count", DataType::Int64, false),
+        Field::new("total_data_file_size_in_bytes", DataType::Int64, false),
+        Field::new("position_delete_record_count", DataType::Int64, false),
+        Field::new("position_delete_file_count", DataType::Int64, false),
+        Field::new("equality_delete_record_count", DataType::Int64, false),
+        Field::new("equality_delete_file_count", DataType::Int64, false),
+    ]))
+}
+
+/// One row per partition (spec and value) of the current snapshot's live
+/// files, summed from [`files_batch`]: data rows, files and bytes, and the
+/// position and equality delete rows and files. Ordered by spec, then
+/// partition.
+pub async fn partitions_batch(table: &Table) -> Result<RecordBatch> {
+    let files = files_batch(table).await?;
+    let column = |i: usize| files.column(i).as_any();
+    let content = column(0).downcast_ref::<Int32Array>();
+    let spec_id = column(3).downcast_ref::<Int32Array>();
+    let partition = column(4).downcast_ref::<StringArray>();
+    let records = column(5).downcast_ref::<Int64Array>();
+    let sizes = column(6).downcast_ref::<Int64Array>();
+    let (Some(content), Some(spec_id), Some(partition), Some(records), Some(sizes)) =
+        (content, spec_id, partition, records, sizes)
+    else {
+        return Err(internal("$files has unexpected column types"));
+    };
+    // (spec, partition) -> [records, files, bytes, pos rows, pos files, eq rows, eq files]
+    let mut sums: std::collections::BTreeMap<(i32, String), [i64; 7]> = Default::default();
+    for row in 0..files.num_rows() {
+        let key = (spec_id.value(row), partition.value(row).to_string());
+        let sum = sums.entry(key).or_default();
+        let (rows, bytes) = (records.value(row), sizes.value(row));
+        match content.value(row) {
+            0 => {
+                sum[0] += rows;
+                sum[1] += 1;
+                sum[2] += bytes;
+            }
+            1 => {
+                sum[3] += rows;
+                sum[4] += 1;
+            }
+            _ => {
+                sum[5] += rows;
+                sum[6] += 1;
+            }
+        }
+    }
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(sums.keys().map(|(_, p)| p))),
+        Arc::new(Int32Array::from_iter_values(sums.keys().map(|(s, _)| *s))),
+    ];
+    for i in 0..7 {
+        columns.push(Arc::new(Int64Array::from_iter_values(
+            sums.values().map(|sum| sum[i]),
+        )));
+    }
+    RecordBatch::try_new(partitions_schema(), columns)
+        .map_err(|e| arrow_err("building $partitions batch", e))
 }
 
 fn to_i64(v: u64) -> i64 {

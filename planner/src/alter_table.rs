@@ -1,7 +1,7 @@
 //! `ALTER TABLE` statements, parsed from tokens (sqlparser has no
-//! `UNSET TBLPROPERTIES`): `SET TBLPROPERTIES ('k' = 'v', ...)` and
-//! `UNSET TBLPROPERTIES [IF EXISTS] ('k', ...)`, as Spark writes them. Any
-//! other `ALTER TABLE` is refused by name.
+//! `UNSET TBLPROPERTIES`): `SET TBLPROPERTIES ('k' = 'v', ...)`,
+//! `UNSET TBLPROPERTIES [IF EXISTS] ('k', ...)` and `RENAME TO name`, as
+//! Spark writes them. Any other `ALTER TABLE` is refused by name.
 
 use std::collections::HashSet;
 
@@ -27,6 +27,9 @@ pub enum PropertyChange {
     /// `UNSET TBLPROPERTIES`: these keys go; with `IF EXISTS`, a key that is
     /// not set is no error.
     Unset { keys: Vec<String>, if_exists: bool },
+    /// `RENAME TO name`: the table's new name (one part: in the table's own
+    /// namespace). Not a property change: a catalog change, no metadata.
+    RenameTo(ObjectName),
 }
 
 /// The statement when `sql` is an `ALTER TABLE`; None for any other.
@@ -55,16 +58,19 @@ pub fn parse_alter_table(sql: &str) -> Result<Option<AlterTableProperties>> {
             keys: at.keys()?,
             if_exists,
         }
+    } else if at.word("RENAME") {
+        at.expect_keyword(Keyword::TO, "RENAME")?;
+        PropertyChange::RenameTo(at.object_name()?)
     } else {
         let what = at.rest();
         return Err(unsupported(format!(
-            "ALTER TABLE {table} {what}: only SET TBLPROPERTIES and UNSET TBLPROPERTIES are \
-             supported"
+            "ALTER TABLE {table} {what}: only SET TBLPROPERTIES, UNSET TBLPROPERTIES and \
+             RENAME TO are supported"
         )));
     };
     if at.next < at.tokens.len() {
         return Err(invalid_input(format!(
-            "ALTER TABLE {table}: unexpected '{}' after the property list",
+            "ALTER TABLE {table}: unexpected '{}' at the end of the statement",
             at.rest()
         )));
     }

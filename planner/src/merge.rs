@@ -289,7 +289,7 @@ fn rewrite_stars(sql: &str) -> Result<String> {
     Ok(out)
 }
 
-pub(crate) fn ident_value(i: &Ident) -> String {
+pub fn ident_value(i: &Ident) -> String {
     if i.quote_style.is_some() {
         i.value.clone()
     } else {

@@ -6,16 +6,18 @@
 //! restated, not changed.
 
 use datafusion::error::Result;
+use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use icemerge_executor::iceberg_err;
 use icemerge_planner::alter_table::{AlterTableProperties, PropertyChange};
+use icemerge_planner::merge::ident_value;
 use icemerge_planner::write_mode::validate_modes;
 
 use crate::commit::check_isolation_properties;
 
 use super::{Session, StatementOutput};
-use icemerge_proto::error::{invalid_input, not_found, unsupported};
+use icemerge_proto::error::{already_exists, invalid_input, not_found, unsupported};
 
 impl Session {
     /// Sets or unsets table properties in one metadata commit.
@@ -30,6 +32,9 @@ impl Session {
             return Err(not_found(format!(
                 "ALTER TABLE: table '{ident}' does not exist"
             )));
+        }
+        if let PropertyChange::RenameTo(to) = &alter.change {
+            return self.rename_table(&ident, to).await;
         }
         let table = catalog.load_table(&ident).await.map_err(iceberg_err)?;
         let version = table.metadata().format_version();
@@ -47,6 +52,7 @@ impl Session {
                     action = action.set(key, value);
                 }
             }
+            PropertyChange::RenameTo(_) => unreachable!("renamed above"),
             PropertyChange::Unset { keys, if_exists } => {
                 for key in keys {
                     refuse_reserved(&ident, &key)?;
@@ -79,6 +85,42 @@ impl Session {
             .await
             .map_err(iceberg_err)?;
         Ok(StatementOutput::done(format!("ALTER TABLE {ident}")))
+    }
+}
+
+impl Session {
+    /// `ALTER TABLE ident RENAME TO to`: the catalog row is renamed (the
+    /// metadata and data files stay where they are, as in Iceberg). A
+    /// one-part new name stays in the table's namespace.
+    async fn rename_table(
+        &self,
+        ident: &iceberg::TableIdent,
+        to: &ObjectName,
+    ) -> Result<StatementOutput> {
+        let dest = match to.0.as_slice() {
+            [name] => iceberg::TableIdent::new(
+                ident.namespace().clone(),
+                name.as_ident()
+                    .map(ident_value)
+                    .unwrap_or_else(|| name.to_string()),
+            ),
+            _ => self.object_ident(to)?,
+        };
+        self.ensure_namespace(dest.namespace()).await?;
+        let catalog = &self.catalog.catalog;
+        if catalog.table_exists(&dest).await.map_err(iceberg_err)? {
+            return Err(already_exists(format!(
+                "ALTER TABLE {ident} RENAME TO {dest}: table '{dest}' already exists"
+            )));
+        }
+        catalog
+            .rename_table(ident, &dest)
+            .await
+            .map_err(iceberg_err)?;
+        self.provider.refresh().await?;
+        Ok(StatementOutput::done(format!(
+            "ALTER TABLE {ident} RENAME TO {dest}"
+        )))
     }
 }
 

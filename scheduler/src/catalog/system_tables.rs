@@ -25,13 +25,13 @@ use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
 use datafusion::error::{DataFusionError, Result};
 use iceberg::spec::{
-    Datum, Literal, ManifestEntryRef, ManifestStatus, PartitionSpec, PrimitiveLiteral,
-    PrimitiveType, Schema as IcebergSchema, Struct, Transform, Type,
+    DataContentType, Datum, Literal, ManifestEntryRef, ManifestStatus, PartitionSpec,
+    PrimitiveLiteral, PrimitiveType, Schema as IcebergSchema, Struct, Transform, Type,
 };
 use iceberg::table::Table;
 
 use super::manifests::load_manifests;
-use icemerge_proto::error::{internal, io_error};
+use icemerge_proto::error::io_error;
 
 /// Map type produced by arrow's `MapBuilder` with default field names
 /// (`entries` / `keys` / `values`, values nullable).
@@ -154,12 +154,11 @@ struct FileRow {
     partition: String,
 }
 
-/// One row per live (not `DELETED`) data or delete file of the current
-/// snapshot of `table`, ordered by file path. Empty when the table has no
-/// snapshot.
-pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
+/// The live (not `DELETED`) data and delete files of the current snapshot
+/// of `table`, ordered by file path; none when it has no snapshot.
+async fn live_files(table: &Table) -> Result<Vec<FileRow>> {
     let Some(snapshot) = table.metadata().current_snapshot() else {
-        return Ok(RecordBatch::new_empty(files_schema()));
+        return Ok(vec![]);
     };
 
     let manifest_list = table
@@ -201,7 +200,14 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
 
     let mut rows: Vec<FileRow> = per_manifest.into_iter().flatten().collect();
     rows.sort_by(|a, b| a.entry.file_path().cmp(b.entry.file_path()));
+    Ok(rows)
+}
 
+/// One row per live (not `DELETED`) data or delete file of the current
+/// snapshot of `table`, ordered by file path. Empty when the table has no
+/// snapshot.
+pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
+    let rows = live_files(table).await?;
     let n = rows.len();
     let mut content = Int32Builder::with_capacity(n);
     let mut file_path = StringBuilder::new();
@@ -275,39 +281,30 @@ pub fn partitions_schema() -> SchemaRef {
 }
 
 /// One row per partition (spec and value) of the current snapshot's live
-/// files, summed from [`files_batch`]: data rows, files and bytes, and the
+/// files (those [`files_batch`] lists), summed: data rows, files and bytes, and the
 /// position and equality delete rows and files. Ordered by spec, then
 /// partition.
 pub async fn partitions_batch(table: &Table) -> Result<RecordBatch> {
-    let files = files_batch(table).await?;
-    let column = |i: usize| files.column(i).as_any();
-    let content = column(0).downcast_ref::<Int32Array>();
-    let spec_id = column(3).downcast_ref::<Int32Array>();
-    let partition = column(4).downcast_ref::<StringArray>();
-    let records = column(5).downcast_ref::<Int64Array>();
-    let sizes = column(6).downcast_ref::<Int64Array>();
-    let (Some(content), Some(spec_id), Some(partition), Some(records), Some(sizes)) =
-        (content, spec_id, partition, records, sizes)
-    else {
-        return Err(internal("$files has unexpected column types"));
-    };
     // (spec, partition) -> [records, files, bytes, pos rows, pos files, eq rows, eq files]
     let mut sums: std::collections::BTreeMap<(i32, String), [i64; 7]> = Default::default();
-    for row in 0..files.num_rows() {
-        let key = (spec_id.value(row), partition.value(row).to_string());
-        let sum = sums.entry(key).or_default();
-        let (rows, bytes) = (records.value(row), sizes.value(row));
-        match content.value(row) {
-            0 => {
+    for row in live_files(table).await? {
+        let file = row.entry.data_file();
+        let sum = sums.entry((row.spec_id, row.partition)).or_default();
+        let (rows, bytes) = (
+            to_i64(file.record_count()),
+            to_i64(file.file_size_in_bytes()),
+        );
+        match file.content_type() {
+            DataContentType::Data => {
                 sum[0] += rows;
                 sum[1] += 1;
                 sum[2] += bytes;
             }
-            1 => {
+            DataContentType::PositionDeletes => {
                 sum[3] += rows;
                 sum[4] += 1;
             }
-            _ => {
+            DataContentType::EqualityDeletes => {
                 sum[5] += rows;
                 sum[6] += 1;
             }

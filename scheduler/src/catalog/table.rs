@@ -46,19 +46,25 @@ pub struct IcebergTableProvider {
     pub snapshot_id: Option<i64>,
 }
 
+/// An Iceberg schema as the Arrow schema DataFusion plans with (field-id
+/// metadata stripped).
+fn arrow_schema(schema: &iceberg::spec::Schema) -> Result<SchemaRef> {
+    let arrow = schema_to_arrow_schema(schema).map_err(iceberg_err)?;
+    let arrow = iceberg::arrow::strip_metadata_from_schema(&arrow).map_err(iceberg_err)?;
+    Ok(Arc::new(arrow))
+}
+
 impl IcebergTableProvider {
     pub fn try_new(
         name: String,
         table: Table,
         file_io_props: HashMap<String, String>,
     ) -> Result<Self> {
-        let schema = table.metadata().current_schema();
-        let arrow = schema_to_arrow_schema(schema).map_err(iceberg_err)?;
-        let arrow = iceberg::arrow::strip_metadata_from_schema(&arrow).map_err(iceberg_err)?;
+        let schema = arrow_schema(table.metadata().current_schema())?;
         Ok(Self {
             name,
             table,
-            schema: Arc::new(arrow),
+            schema,
             file_io_props,
             row_ids: false,
             pruning: None,
@@ -74,9 +80,7 @@ impl IcebergTableProvider {
             not_found(format!("table {} has no snapshot {snapshot_id}", self.name))
         })?;
         let schema = snapshot.schema(metadata).map_err(iceberg_err)?;
-        let arrow = schema_to_arrow_schema(&schema).map_err(iceberg_err)?;
-        let arrow = iceberg::arrow::strip_metadata_from_schema(&arrow).map_err(iceberg_err)?;
-        self.schema = Arc::new(arrow);
+        self.schema = arrow_schema(&schema)?;
         self.snapshot_id = Some(snapshot_id);
         Ok(self)
     }
@@ -272,14 +276,14 @@ impl TableProvider for IcebergTableProvider {
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        // OVERWRITE writes as INSERT does; the session commits the files
-        // as replacing partitions (`commit::commit_insert_overwrite`).
         if let Some(id) = self.snapshot_id {
             return Err(invalid_input(format!(
                 "table {} as of snapshot {id} cannot be written: time travel reads a past snapshot",
                 self.name
             )));
         }
+        // OVERWRITE writes as INSERT does; the session commits the files
+        // as replacing partitions (`commit::commit_insert_overwrite`).
         if insert_op == InsertOp::Replace {
             return Err(unsupported(format!(
                 "{insert_op} into an Iceberg table is not supported; use MERGE"

@@ -21,6 +21,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use iceberg::spec::TableMetadata;
+use icemerge_executor::iceberg_err;
 use icemerge_proto::error::{invalid_input, not_found};
 use std::sync::Arc;
 
@@ -184,18 +185,17 @@ impl Session {
         if clauses.is_empty() {
             return Ok((sql.to_string(), PinnedTables(vec![])));
         }
+        if let Some(written) = clauses.iter().find(|c| c.written) {
+            return Err(invalid_input(format!(
+                "{}: a table read as of a past snapshot cannot be written; time travel only \
+                 reads",
+                written.name
+            )));
+        }
         let mut pinned = PinnedTables(vec![]);
         let mut out = String::new();
         let mut next = 0;
         for clause in &clauses {
-            if clause.written {
-                self.unpin(pinned);
-                return Err(invalid_input(format!(
-                    "{}: a table read as of a past snapshot cannot be written; time travel \
-                     only reads",
-                    clause.name
-                )));
-            }
             let registered = match self.pin(clause).await {
                 Ok(name) => name,
                 Err(e) => {
@@ -223,12 +223,11 @@ impl Session {
             .map_err(|e| invalid_input(format!("{}: {e}", clause.name)))?;
         let ident = self.object_ident(&object)?;
         self.ensure_namespace(ident.namespace()).await?;
-        let table = self
-            .catalog
-            .catalog
-            .load_table(&ident)
-            .await
-            .map_err(|_| not_found(format!("table '{}' does not exist", clause.name)))?;
+        let catalog = &self.catalog.catalog;
+        if !catalog.table_exists(&ident).await.map_err(iceberg_err)? {
+            return Err(not_found(format!("table '{}' does not exist", clause.name)));
+        }
+        let table = catalog.load_table(&ident).await.map_err(iceberg_err)?;
         let name = format!("{}.{}", ident.namespace().to_url_string(), ident.name());
         let snapshot = snapshot_at(&name, table.metadata(), &clause.at)?;
         let provider =

@@ -33,8 +33,9 @@
 //! Actions: `append.rs` (INSERT, CTAS), `overwrite.rs` (MERGE,
 //! copy-on-write; `insert_overwrite.rs` picks INSERT OVERWRITE's replaced
 //! files and commits through it) and `row_delta.rs` (MERGE, merge-on-read: data and
-//! position delete files added, nothing removed). How replace and
-//! metadata-only actions plug in is described in `producer.rs`.
+//! position delete files added, nothing removed). Metadata-only changes (ALTER of the schema, spec or
+//! sort order; expiry, rollback) commit through `metadata_change.rs`. How
+//! replace actions plug in is described in `producer.rs`.
 
 mod append;
 mod catalog_swap;
@@ -47,6 +48,7 @@ mod isolation;
 mod manifest_list;
 mod manifests;
 mod metadata;
+mod metadata_change;
 mod overwrite;
 mod plan;
 mod producer;
@@ -67,6 +69,7 @@ pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
     UPDATE_ISOLATION_LEVEL,
 };
+pub use metadata_change::commit_metadata_change;
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
 pub use row_delta::{commit_row_delta, RowDeltaCommit};
 pub use validation::{Conflict, ConflictKind};

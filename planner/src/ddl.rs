@@ -547,7 +547,7 @@ fn reject_unsupported_clauses(create: &ast::CreateTable) -> Result<()> {
 }
 
 /// Normalises an identifier: unquoted → lower case, quoted → as written.
-fn normalize_ident(ident: &Ident) -> String {
+pub(crate) fn normalize_ident(ident: &Ident) -> String {
     match ident.quote_style {
         Some(_) => ident.value.clone(),
         None => ident.value.to_lowercase(),
@@ -606,7 +606,7 @@ fn column_required(def: &ColumnDef, column: &str) -> Result<bool> {
 }
 
 /// Maps a SQL type to an Iceberg primitive type.
-fn iceberg_type(data_type: &DataType, column: &str) -> Result<Type> {
+pub(crate) fn iceberg_type(data_type: &DataType, column: &str) -> Result<Type> {
     let primitive = match data_type {
         DataType::Boolean | DataType::Bool => PrimitiveType::Boolean,
         DataType::Int(_) | DataType::Integer(_) | DataType::SmallInt(_) | DataType::TinyInt(_) => {
@@ -687,7 +687,7 @@ fn parse_partition_items(tokens: Vec<TokenWithSpan>) -> Result<Vec<PartitionItem
     exprs.iter().map(partition_item).collect()
 }
 
-fn partition_item(expr: &Expr) -> Result<PartitionItem> {
+pub(crate) fn partition_item(expr: &Expr) -> Result<PartitionItem> {
     let item = match expr {
         Expr::Identifier(ident) => Some(PartitionItem {
             column: normalize_ident(ident),

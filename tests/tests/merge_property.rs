@@ -152,6 +152,17 @@ enum Step {
     Update(Option<Cond>, UpdateSet),
     /// `DELETE FROM db.t [WHERE cond]`, `cond` one of `TARGET_CONDS`.
     Delete(Option<Cond>),
+    /// An `ALTER TABLE` that leaves the rows as they are: later statements
+    /// then read files of several schemas.
+    Alter(Alter),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Alter {
+    /// `ADD COLUMN c<step> STRING`: NULL in every row.
+    AddColumn,
+    /// `ALTER COLUMN v TYPE BIGINT` (a no-op after the first).
+    WidenV,
 }
 
 #[derive(Clone, Debug)]
@@ -290,6 +301,7 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (cond_from(TARGET_CONDS.to_vec()), update_set())
             .prop_map(|(c, set)| Step::Update(c, set)),
         1 => cond_from(TARGET_CONDS.to_vec()).prop_map(Step::Delete),
+        1 => prop_oneof![Just(Alter::AddColumn), Just(Alter::WidenV)].prop_map(Step::Alter),
     ]
 }
 
@@ -438,8 +450,11 @@ fn where_sql(cond: &Option<Cond>) -> String {
     cond.map_or(String::new(), |c| format!(" WHERE {}", cond_sql(c)))
 }
 
-fn step_sql(step: &Step) -> String {
+/// The SQL of `step`, the `index`-th of its case.
+fn step_sql(step: &Step, index: usize) -> String {
     match step {
+        Step::Alter(Alter::AddColumn) => format!("ALTER TABLE db.t ADD COLUMN c{index} STRING"),
+        Step::Alter(Alter::WidenV) => "ALTER TABLE db.t ALTER COLUMN v TYPE BIGINT".into(),
         Step::Merge(merge) => merge_sql(merge),
         Step::Update(cond, set) => {
             let set = match set {
@@ -505,6 +520,8 @@ enum ModelResult {
     DuplicateMatch {
         id: i64,
     },
+    /// A statement that changes no row and makes no snapshot (ALTER).
+    Unchanged,
 }
 
 /// The target row `t` with `v` set to `e` (`s`: the source row, absent for
@@ -647,6 +664,7 @@ fn model_step(target: &[Row], step: &Step) -> ModelResult {
         Step::Merge(merge) => model(target, &merge.source, &merge.clauses),
         Step::Update(cond, set) => model_update_delete(target, cond, Some(*set)),
         Step::Delete(cond) => model_update_delete(target, cond, None),
+        Step::Alter(_) => ModelResult::Unchanged,
     }
 }
 
@@ -740,8 +758,8 @@ async fn check_case(engine: EngineKind, case: &Case) -> Result<(), String> {
             printed(&target)
         )));
     }
-    for step in &case.steps {
-        if let Some(rows) = check_step(&mut r, &target, step).await? {
+    for (index, step) in case.steps.iter().enumerate() {
+        if let Some(rows) = check_step(&mut r, &target, step, index).await? {
             target = rows;
         }
     }
@@ -754,17 +772,33 @@ async fn check_step(
     r: &mut Runner<'_>,
     target: &[Row],
     step: &Step,
+    index: usize,
 ) -> Result<Option<Vec<Row>>, String> {
     let before = r.table().await?;
     let snapshots_before = r.snapshots().await?;
-    let sql = step_sql(step);
+    let sql = step_sql(step, index);
     let kind = match step {
         Step::Merge(_) => "MERGE",
         Step::Update(..) => "UPDATE",
         Step::Delete(_) => "DELETE",
+        Step::Alter(_) => "ALTER TABLE",
     };
     let outcome = r.try_run(&sql).await;
     match model_step(target, step) {
+        ModelResult::Unchanged => {
+            if let Err(e) = outcome {
+                return Err(r.fail(&format!("the {kind} failed: {e}")));
+            }
+            let after = r.table().await?;
+            let snapshots_after = r.snapshots().await?;
+            if after != before || snapshots_after != snapshots_before {
+                return Err(r.fail(&format!(
+                    "the {kind} changed the rows or the snapshots: {after:?} \
+                     ({snapshots_after:?} snapshots), was {before:?} ({snapshots_before:?})"
+                )));
+            }
+            Ok(None)
+        }
         ModelResult::DuplicateMatch { id } => {
             match outcome {
                 Ok(rows) => {
@@ -860,7 +894,7 @@ fn run_property(engine: EngineKind, default_cases: u32) {
     match result {
         Ok(()) => {}
         Err(TestError::Fail(reason, case)) => {
-            panic!("MERGE, UPDATE or DELETE disagrees with the model\n{reason}\nminimal case: {case:#?}")
+            panic!("MERGE, UPDATE, DELETE or ALTER disagrees with the model\n{reason}\nminimal case: {case:#?}")
         }
         Err(e) => panic!("{e}"),
     }
@@ -966,6 +1000,7 @@ fn update_delete_model() {
     let run = |step: Step| match model_step(&target, &step) {
         ModelResult::Ok { rows, counts } => (printed(&rows), counts),
         ModelResult::DuplicateMatch { .. } => panic!("UPDATE and DELETE never fail"),
+        ModelResult::Unchanged => panic!("UPDATE and DELETE are modelled row by row"),
     };
     let (rows, counts) = run(Step::Update(
         Some(Cond::TgtVGt5),

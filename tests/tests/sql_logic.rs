@@ -17,6 +17,13 @@ fn slt_files() -> Vec<PathBuf> {
         .expect("tests/slt")
         .map(|e| e.expect("entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "slt"))
+        .filter(|p| {
+            // ICEMERGE_SLT=<part of a file name> runs only those files.
+            std::env::var("ICEMERGE_SLT").map_or(true, |only| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains(&only))
+            })
+        })
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no .slt files in {}", dir.display());

@@ -2,7 +2,8 @@
 //! its warehouse (`open`) in either layout of Iceberg's JDBC catalog
 //! (`sql_catalog`), the files of a dropped table (`purge`), the catalog as DataFusion's catalog of schemas and
 //! tables (`provider`), an Iceberg table as a DataFusion table pinned to one
-//! snapshot (`table`), a snapshot's manifests read a few at a time
+//! snapshot (`table`; `snapshot_schema` when the snapshot was written with
+//! an earlier schema than the one it is read with), a snapshot's manifests read a few at a time
 //! (`manifests`), pushed filters as Iceberg predicates
 //! (`filter_pushdown`), the system tables (`system_tables`: `$snapshots`,
 //! `$files`; `history_tables`: `$history`, `$refs`, `$manifests`) and files
@@ -15,6 +16,7 @@ pub mod manifests;
 pub mod open;
 pub mod provider;
 pub mod purge;
+mod snapshot_schema;
 pub mod sql_catalog;
 pub mod system_tables;
 pub mod table;

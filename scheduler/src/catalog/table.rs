@@ -18,6 +18,8 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
+
+use super::snapshot_schema::{promoted_columns, without_columns, SnapshotSchema};
 use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use icemerge_executor::iceberg_err;
@@ -150,6 +152,19 @@ impl IcebergTableProvider {
             (Some(p), Some(d)) => Some(p.and(d)),
             (p, d) => p.or(d),
         };
+        let metadata = self.table.metadata();
+        let snapshot = match self.snapshot_id {
+            Some(id) => metadata.snapshot_by_id(id),
+            None => metadata.current_snapshot(),
+        };
+        // The current snapshot is read with the current schema, a pinned
+        // one with its own.
+        let read_schema = match (self.snapshot_id, snapshot) {
+            (Some(_), Some(snapshot)) => snapshot.schema(metadata).map_err(iceberg_err)?,
+            _ => metadata.current_schema().clone(),
+        };
+        let promoted = promoted_columns(metadata, &read_schema);
+        let predicate = predicate.and_then(|p| without_columns(&p, &promoted));
         let row_ids = self.row_ids;
         let prunes_only = self.pruning.is_some();
         let pruned_by = predicate.clone();
@@ -163,11 +178,6 @@ impl IcebergTableProvider {
                 exec
             }
         };
-        let metadata = self.table.metadata();
-        let snapshot = match self.snapshot_id {
-            Some(id) => metadata.snapshot_by_id(id),
-            None => metadata.current_snapshot(),
-        };
         let Some(snapshot) = snapshot else {
             return Ok(finish(IcebergScanExec::new(
                 self.name.clone(),
@@ -179,6 +189,16 @@ impl IcebergTableProvider {
                 limit,
             )));
         };
+        let snapshot_schema = snapshot.schema(metadata).map_err(iceberg_err)?;
+        let filter_rows = promoted.is_empty();
+        let evolved = SnapshotSchema::differs(read_schema, snapshot_schema);
+        let (planned_columns, predicate) = match &evolved {
+            Some(evolved) => (
+                evolved.columns(&columns),
+                predicate.and_then(|p| evolved.predicate(&p)),
+            ),
+            None => (columns.clone(), predicate),
+        };
         let mut builder = self.table.scan().snapshot_id(snapshot.snapshot_id());
         if self.row_ids {
             // Positions count every row of a file: no row-level filtering.
@@ -186,10 +206,10 @@ impl IcebergTableProvider {
                 .with_row_group_filtering_enabled(false)
                 .with_row_selection_enabled(false);
         }
-        builder = if columns.is_empty() {
+        builder = if planned_columns.is_empty() {
             builder.select_empty()
         } else {
-            builder.select(columns)
+            builder.select(planned_columns)
         };
         if let Some(p) = predicate {
             builder = builder.with_filter(p);
@@ -200,9 +220,10 @@ impl IcebergTableProvider {
             .await
             .map_err(iceberg_err)?
             .map_ok(move |mut task| {
-                if row_ids || prunes_only {
+                if row_ids || prunes_only || !filter_rows {
                     // The predicate only prunes files: every row keeps its
-                    // position, and dynamic pruning never filters rows.
+                    // position, dynamic pruning never filters rows, and a
+                    // promoted column is filtered by the engine above.
                     task.predicate = None;
                 }
                 // Partition structs do not serialize; the reader does not need them
@@ -210,6 +231,9 @@ impl IcebergTableProvider {
                 task.partition = None;
                 task.partition_spec = None;
                 task.name_mapping = None;
+                if let Some(evolved) = &evolved {
+                    evolved.read_task(&mut task, &columns);
+                }
                 task
             })
             .try_collect()

@@ -1,30 +1,34 @@
-//! `ALTER TABLE ... SET / UNSET TBLPROPERTIES`: one metadata commit (the
-//! catalog row's compare-and-swap through the SQL catalog), after the
-//! resulting properties are checked as CREATE TABLE checks them (Iceberg's
-//! property values, isolation levels, write modes against the format
-//! version). Reserved properties are refused; `format-version` may only be
-//! restated, not changed.
+//! `ALTER TABLE`: each statement is one metadata commit (the catalog row's
+//! compare-and-swap). `SET / UNSET TBLPROPERTIES` checks the resulting
+//! properties as CREATE TABLE checks them (Iceberg's property values,
+//! isolation levels, write modes against the format version); reserved
+//! properties are refused and `format-version` may only be restated.
+//! Column changes build the new schema in `alter_schema.rs`, partition
+//! field changes the new spec in `alter_partition.rs`; both commit through
+//! `commit::commit_metadata_change`, which re-checks them on the table's
+//! latest metadata when another writer committed first. `RENAME TO` is the
+//! catalog's rename.
 
 use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use icemerge_executor::iceberg_err;
-use icemerge_planner::alter_table::{AlterTableProperties, PropertyChange};
+use icemerge_planner::alter_table::{AlterTable, TableChange};
 use icemerge_planner::merge::ident_value;
 use icemerge_planner::write_mode::validate_modes;
 
-use crate::commit::check_isolation_properties;
+use crate::commit::{check_isolation_properties, commit_metadata_change};
+
+use super::alter_partition::evolve_spec;
+use super::alter_schema::evolve_schema;
 
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{already_exists, invalid_input, not_found, unsupported};
 
 impl Session {
-    /// Sets or unsets table properties in one metadata commit.
-    pub(super) async fn alter_table_properties(
-        &self,
-        alter: AlterTableProperties,
-    ) -> Result<StatementOutput> {
+    /// Runs one `ALTER TABLE` as one metadata commit.
+    pub(super) async fn alter_table(&self, alter: AlterTable) -> Result<StatementOutput> {
         let ident = self.object_ident(&alter.table)?;
         self.ensure_namespace(ident.namespace()).await?;
         let catalog = &self.catalog.catalog;
@@ -33,15 +37,27 @@ impl Session {
                 "ALTER TABLE: table '{ident}' does not exist"
             )));
         }
-        if let PropertyChange::RenameTo(to) = &alter.change {
-            return self.rename_table(&ident, to).await;
+        match &alter.change {
+            TableChange::RenameTo(to) => return self.rename_table(&ident, to).await,
+            TableChange::SetProperties(_) | TableChange::UnsetProperties { .. } => {}
+            TableChange::AddColumns(_)
+            | TableChange::DropColumns { .. }
+            | TableChange::RenameColumn { .. }
+            | TableChange::AlterColumn { .. } => {
+                return self.alter_schema(&ident, &alter.change).await
+            }
+            TableChange::AddPartitionField { .. }
+            | TableChange::DropPartitionField(_)
+            | TableChange::ReplacePartitionField { .. } => {
+                return self.alter_partition_spec(&ident, &alter.change).await
+            }
         }
         let table = catalog.load_table(&ident).await.map_err(iceberg_err)?;
         let version = table.metadata().format_version();
         let mut properties = table.metadata().properties().clone();
         let mut action = Transaction::new(&table).update_table_properties();
         match alter.change {
-            PropertyChange::Set(pairs) => {
+            TableChange::SetProperties(pairs) => {
                 for (key, value) in pairs {
                     if is_format_version(&key) {
                         check_same_version(&ident, &key, &value, version)?;
@@ -52,8 +68,7 @@ impl Session {
                     action = action.set(key, value);
                 }
             }
-            PropertyChange::RenameTo(_) => unreachable!("renamed above"),
-            PropertyChange::Unset { keys, if_exists } => {
+            TableChange::UnsetProperties { keys, if_exists } => {
                 for key in keys {
                     refuse_reserved(&ident, &key)?;
                     if properties.remove(&key).is_none() {
@@ -68,6 +83,7 @@ impl Session {
                     action = action.remove(key);
                 }
             }
+            _ => unreachable!("only property changes reach here"),
         }
         TableProperties::try_from(&properties).map_err(|e| {
             invalid_input(format!(
@@ -89,6 +105,48 @@ impl Session {
 }
 
 impl Session {
+    /// A column change: the new schema becomes the table's current one
+    /// (nothing is committed when the schema stays as it is).
+    async fn alter_schema(
+        &self,
+        ident: &iceberg::TableIdent,
+        change: &TableChange,
+    ) -> Result<StatementOutput> {
+        let name = ident.to_string();
+        commit_metadata_change(&self.catalog, ident, |table, builder| match evolve_schema(
+            &name,
+            table.metadata(),
+            change,
+        )? {
+            Some(schema) => builder
+                .add_schema(schema)
+                .and_then(|b| b.set_current_schema(-1))
+                .map_err(iceberg_err),
+            None => Ok(builder),
+        })
+        .await?;
+        Ok(StatementOutput::done(format!("ALTER TABLE {ident}")))
+    }
+
+    /// A partition field change: the new spec becomes the table's default
+    /// one (files already written keep theirs).
+    async fn alter_partition_spec(
+        &self,
+        ident: &iceberg::TableIdent,
+        change: &TableChange,
+    ) -> Result<StatementOutput> {
+        let name = ident.to_string();
+        commit_metadata_change(&self.catalog, ident, |table, builder| {
+            let spec = evolve_spec(&name, table.metadata(), change)?;
+            builder
+                .add_partition_spec(spec)
+                .and_then(|b| b.set_default_partition_spec(-1))
+                .map_err(|e| invalid_input(format!("ALTER TABLE {name}: {}", e.message())))
+        })
+        .await?;
+        Ok(StatementOutput::done(format!("ALTER TABLE {ident}")))
+    }
+
     /// `ALTER TABLE ident RENAME TO to`: the catalog row is renamed (the
     /// metadata and data files stay where they are, as in Iceberg). A
     /// one-part new name stays in the table's namespace.

@@ -14,6 +14,8 @@
 //!   before a statement is parsed.
 
 mod alter;
+mod alter_partition;
+mod alter_schema;
 mod commit_pause;
 mod ddl;
 mod explain_analyze;
@@ -271,7 +273,7 @@ impl Session {
             return self.create_table(create).await;
         }
         if let Some(alter) = parse_alter_table(sql)? {
-            return self.alter_table_properties(alter).await;
+            return self.alter_table(alter).await;
         }
         if let Some((mode, merge_sql)) = merge_sql::strip_explain_merge(sql)? {
             let statement = merge_sql::parse_row_level(&merge_sql)?.ok_or_else(|| {

@@ -2,6 +2,7 @@
 //! Iceberg identifier, unquoted names lower-cased, unqualified names in
 //! namespace [`DEFAULT_NAMESPACE`]; and the check that a namespace exists.
 
+use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::parser::DFParser;
 use datafusion::sql::sqlparser::ast::ObjectName;
@@ -102,6 +103,13 @@ impl Session {
             options.catalog.default_schema.as_str(),
         );
         for reference in references {
+            // A table function (`generate_series(...)`) is listed as a
+            // reference in the default schema; it names no namespace.
+            let is_function = matches!(&reference, TableReference::Bare { table }
+                if state.table_functions().contains_key(table.as_ref()));
+            if is_function {
+                continue;
+            }
             let resolved = reference.resolve(default_catalog, default_schema);
             if *resolved.catalog != self.catalog.name
                 || resolved.schema.eq_ignore_ascii_case("information_schema")

@@ -165,6 +165,7 @@ impl SchemaProvider for IcebergSchemaProvider {
             let batch = match kind {
                 "snapshots" => system_tables::snapshots_batch(&table)?,
                 "files" => system_tables::files_batch(&table).await?,
+                "entries" => system_tables::entries_batch(&table).await?,
                 "partitions" => system_tables::partitions_batch(&table).await?,
                 "history" => history_tables::history_batch(&table)?,
                 "refs" => history_tables::refs_batch(&table)?,
@@ -172,7 +173,7 @@ impl SchemaProvider for IcebergSchemaProvider {
                 other => {
                     return Err(invalid_input(format!(
                         "unknown system table '${other}' of '{base}': expected $snapshots, $files, \
-                         $partitions, $history, $refs or $manifests"
+                         $entries, $partitions, $history, $refs or $manifests"
                     )))
                 }
             };

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, Int32Array, Int32Builder, Int64Array, Int64Builder, MapBuilder, StringArray,
-    StringBuilder, TimestampMillisecondArray,
+    StringBuilder, StructArray, TimestampMillisecondArray,
 };
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::record_batch::RecordBatch;
@@ -124,11 +124,12 @@ pub fn snapshots_batch(table: &Table) -> Result<RecordBatch> {
 // $files
 // ---------------------------------------------------------------------------
 
-/// Schema of the `$files` system table.
-pub fn files_schema() -> SchemaRef {
+/// The fields describing one file, shared by `$files` (its first columns)
+/// and `$entries` (its `data_file` struct).
+fn data_file_fields() -> Vec<Field> {
     let counts = map_type(DataType::Int32, DataType::Int64);
     let bounds = map_type(DataType::Int32, DataType::Utf8);
-    Arc::new(Schema::new(vec![
+    vec![
         Field::new("content", DataType::Int32, false),
         Field::new("file_path", DataType::Utf8, false),
         Field::new("file_format", DataType::Utf8, false),
@@ -141,9 +142,15 @@ pub fn files_schema() -> SchemaRef {
         Field::new("null_value_counts", counts, true),
         Field::new("lower_bounds", bounds.clone(), true),
         Field::new("upper_bounds", bounds, true),
-        Field::new("sequence_number", DataType::Int64, true),
-        Field::new("snapshot_id", DataType::Int64, true),
-    ]))
+    ]
+}
+
+/// Schema of the `$files` system table.
+pub fn files_schema() -> SchemaRef {
+    let mut fields = data_file_fields();
+    fields.push(Field::new("sequence_number", DataType::Int64, true));
+    fields.push(Field::new("snapshot_id", DataType::Int64, true));
+    Arc::new(Schema::new(fields))
 }
 
 /// One live file (data or delete) of the current snapshot, with the context
@@ -157,6 +164,12 @@ struct FileRow {
 /// The live (not `DELETED`) data and delete files of the current snapshot
 /// of `table`, ordered by file path; none when it has no snapshot.
 async fn live_files(table: &Table) -> Result<Vec<FileRow>> {
+    manifest_entries(table, false).await
+}
+
+/// The entries of the current snapshot's manifests (with `deleted`, also
+/// those of files the snapshot removed), ordered by file path.
+async fn manifest_entries(table: &Table, deleted: bool) -> Result<Vec<FileRow>> {
     let Some(snapshot) = table.metadata().current_snapshot() else {
         return Ok(vec![]);
     };
@@ -189,7 +202,7 @@ async fn live_files(table: &Table) -> Result<Vec<FileRow>> {
             manifest
                 .entries()
                 .iter()
-                .filter(|entry| entry.status() != ManifestStatus::Deleted)
+                .filter(|entry| deleted || entry.status() != ManifestStatus::Deleted)
                 .map(|entry| FileRow {
                     entry: entry.clone(),
                     spec_id: manifest_file.partition_spec_id,
@@ -208,6 +221,20 @@ async fn live_files(table: &Table) -> Result<Vec<FileRow>> {
 /// snapshot.
 pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
     let rows = live_files(table).await?;
+    let mut sequence_number = Int64Builder::with_capacity(rows.len());
+    let mut snapshot_id = Int64Builder::with_capacity(rows.len());
+    for row in &rows {
+        sequence_number.append_option(row.entry.sequence_number());
+        snapshot_id.append_option(row.entry.snapshot_id());
+    }
+    let mut columns = data_file_columns(&rows)?;
+    columns.push(Arc::new(sequence_number.finish()));
+    columns.push(Arc::new(snapshot_id.finish()));
+    RecordBatch::try_new(files_schema(), columns).map_err(|e| arrow_err("building $files batch", e))
+}
+
+/// The [`data_file_fields`] columns of `rows`.
+fn data_file_columns(rows: &[FileRow]) -> Result<Vec<ArrayRef>> {
     let n = rows.len();
     let mut content = Int32Builder::with_capacity(n);
     let mut file_path = StringBuilder::new();
@@ -221,10 +248,8 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
     let mut null_value_counts = MapBuilder::new(None, Int32Builder::new(), Int64Builder::new());
     let mut lower_bounds = MapBuilder::new(None, Int32Builder::new(), StringBuilder::new());
     let mut upper_bounds = MapBuilder::new(None, Int32Builder::new(), StringBuilder::new());
-    let mut sequence_number = Int64Builder::with_capacity(n);
-    let mut snapshot_id = Int64Builder::with_capacity(n);
 
-    for row in &rows {
+    for row in rows {
         let data_file = row.entry.data_file();
         content.append_value(data_file.content_type() as i32);
         file_path.append_value(data_file.file_path());
@@ -238,11 +263,9 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
         append_count_map(&mut null_value_counts, data_file.null_value_counts())?;
         append_bound_map(&mut lower_bounds, data_file.lower_bounds())?;
         append_bound_map(&mut upper_bounds, data_file.upper_bounds())?;
-        sequence_number.append_option(row.entry.sequence_number());
-        snapshot_id.append_option(row.entry.snapshot_id());
     }
 
-    let columns: Vec<ArrayRef> = vec![
+    Ok(vec![
         Arc::new(content.finish()),
         Arc::new(file_path.finish()),
         Arc::new(file_format.finish()),
@@ -255,10 +278,58 @@ pub async fn files_batch(table: &Table) -> Result<RecordBatch> {
         Arc::new(null_value_counts.finish()),
         Arc::new(lower_bounds.finish()),
         Arc::new(upper_bounds.finish()),
-        Arc::new(sequence_number.finish()),
+    ])
+}
+
+// ---------------------------------------------------------------------------
+// $entries
+// ---------------------------------------------------------------------------
+
+/// Schema of the `$entries` system table (Spark's and Trino's columns:
+/// the manifest entry's status — 0 existing, 1 added, 2 deleted — its
+/// snapshot and sequence numbers, and the file as a struct of `$files`'s
+/// columns).
+pub fn entries_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("status", DataType::Int32, false),
+        Field::new("snapshot_id", DataType::Int64, true),
+        Field::new("sequence_number", DataType::Int64, true),
+        Field::new("file_sequence_number", DataType::Int64, true),
+        Field::new(
+            "data_file",
+            DataType::Struct(data_file_fields().into()),
+            false,
+        ),
+    ]))
+}
+
+/// One row per entry of the current snapshot's manifests, including the
+/// files it removed (status 2), ordered by file path.
+pub async fn entries_batch(table: &Table) -> Result<RecordBatch> {
+    let rows = manifest_entries(table, true).await?;
+    let n = rows.len();
+    let mut status = Int32Builder::with_capacity(n);
+    let mut snapshot_id = Int64Builder::with_capacity(n);
+    let mut sequence_number = Int64Builder::with_capacity(n);
+    let mut file_sequence_number = Int64Builder::with_capacity(n);
+    for row in &rows {
+        status.append_value(row.entry.status() as i32);
+        snapshot_id.append_option(row.entry.snapshot_id());
+        sequence_number.append_option(row.entry.sequence_number());
+        file_sequence_number.append_option(row.entry.file_sequence_number);
+    }
+    let data_file =
+        StructArray::try_new(data_file_fields().into(), data_file_columns(&rows)?, None)
+            .map_err(|e| arrow_err("building $entries data_file", e))?;
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(status.finish()),
         Arc::new(snapshot_id.finish()),
+        Arc::new(sequence_number.finish()),
+        Arc::new(file_sequence_number.finish()),
+        Arc::new(data_file),
     ];
-    RecordBatch::try_new(files_schema(), columns).map_err(|e| arrow_err("building $files batch", e))
+    RecordBatch::try_new(entries_schema(), columns)
+        .map_err(|e| arrow_err("building $entries batch", e))
 }
 
 // ---------------------------------------------------------------------------

@@ -18,6 +18,17 @@ pub fn to_iceberg_predicate(filters: &[Expr]) -> Option<Predicate> {
         .reduce(Predicate::and)
 }
 
+/// `filter` as one Iceberg predicate when every conjunct translates
+/// exactly (a filter that is only partly expressible is `None`).
+pub fn to_exact_iceberg_predicate(filter: &Expr) -> Option<Predicate> {
+    split_conjunction(filter)
+        .into_iter()
+        .map(translate)
+        .collect::<Option<Vec<_>>>()?
+        .into_iter()
+        .reduce(Predicate::and)
+}
+
 fn split_conjunction(expr: &Expr) -> Vec<&Expr> {
     match expr {
         Expr::BinaryExpr(BinaryExpr {

@@ -25,11 +25,13 @@
 //!   over `crate::commit`).
 //!
 //! Plan-time checks are in `checks`, the spread of inserted rows over
-//! writers in `insert_routes`.
+//! writers in `insert_routes`. A DELETE whose WHERE provably covers whole
+//! files skips stages A–D (`metadata_delete`).
 
 mod checks;
 mod dynamic_pruning;
 mod insert_routes;
+mod metadata_delete;
 mod outcome;
 
 use std::sync::Arc;
@@ -60,6 +62,8 @@ use dynamic_pruning::{
     ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
+use metadata_delete::{exact_delete_predicate, metadata_only_delete};
+pub use metadata_delete::MetadataDelete;
 
 pub use outcome::{
     collect_fragments, commit_merge, discard_failed, discard_uncommitted, MergeOutcome,
@@ -84,6 +88,9 @@ pub struct PlannedMerge {
     pub deterministic_source: bool,
     /// The table's `write.merge.isolation-level`.
     pub isolation: IsolationLevel,
+    /// A DELETE that drops whole files without running a job
+    /// (`metadata_delete.rs`); None for every other statement.
+    pub metadata_delete: Option<MetadataDelete>,
 }
 
 /// Plans `statement` (a MERGE, or an UPDATE or DELETE bound as one)
@@ -157,17 +164,29 @@ pub async fn plan_merge(
         };
         let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
         let logical = logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])?;
+        let delete_predicate = match bound.kind {
+            RowLevelKind::Delete => exact_delete_predicate(&logical, &relation),
+            _ => None,
+        };
         let physical = ctx.state().create_physical_plan(&logical).await?;
-        Ok::<_, datafusion::error::DataFusionError>((physical, deterministic_source))
+        Ok::<_, datafusion::error::DataFusionError>((
+            physical,
+            deterministic_source,
+            delete_predicate,
+        ))
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
-    let (classified, deterministic_source) = planned?;
+    let (classified, deterministic_source, delete_predicate) = planned?;
     let ScannedTargets {
         files: targets,
         pruned: files_pruned,
         pruned_by,
     } = target_files(&classified);
+    let metadata_delete = match &delete_predicate {
+        Some(predicate) => metadata_only_delete(&base, &targets, predicate).await?,
+        None => None,
+    };
     let conflict_filter = match pruned_by {
         Some(predicate) => ConflictFilter::Rows(predicate),
         None => ConflictFilter::WholeTable,
@@ -196,6 +215,7 @@ pub async fn plan_merge(
         conflict_filter,
         deterministic_source,
         isolation,
+        metadata_delete,
     })
 }
 

@@ -25,6 +25,9 @@ use crate::merge::{
 };
 
 use super::commit_pause::pause_before_commit;
+use super::metadata_delete::{
+    check_metadata_delete_format, explain_metadata_delete, MetadataDeleteRun,
+};
 use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::options::IcemergeOptions;
 use super::{Session, StatementOutput};
@@ -32,7 +35,7 @@ use icemerge_proto::error::{conflict, invalid_input, not_found};
 
 /// One execution of a merge: committed (with when the commit ran), or
 /// refused by validation.
-enum Execution {
+pub(super) enum Execution {
     Committed(MergeOutcome, CommitRun),
     Conflict(Conflict),
 }
@@ -49,6 +52,9 @@ impl Session {
         let statement = merge.kind.keyword();
         if let Some(mode) = explain.filter(|e| !e.analyze) {
             let planned = self.plan_merge_on(&target, merge).await?;
+            if let Some(dropped) = &planned.metadata_delete {
+                return explain_metadata_delete(&planned, dropped, mode.format, None);
+            }
             let graph = stage_graph(&planned.plan, true)?;
             let document = ExplainDocument::plan(statement, self.engine_name(), &graph.stages);
             return Ok(render_explain(&document, mode.format, ""));
@@ -57,13 +63,25 @@ impl Session {
         let mut reexecutions = 0;
         let (planned, planned_at, mut outcome, commit) = loop {
             let planned = self.plan_merge_on(&target, merge.clone()).await?;
-            // Cutting the plan into stages is planning: the run starts after.
-            let graph = stage_graph(&planned.plan, true)?;
-            let planned_at = now_nanos();
-            match self
-                .execute_merge(&planned, &graph, &options, statement)
-                .await
-            {
+            let (execution, planned_at) = match &planned.metadata_delete {
+                Some(dropped) => {
+                    if let Some(mode) = explain {
+                        check_metadata_delete_format(mode.format)?;
+                    }
+                    let planned_at = now_nanos();
+                    (self.commit_metadata_delete(&planned, dropped).await, planned_at)
+                }
+                None => {
+                    // Cutting the plan into stages is planning: the run starts after.
+                    let graph = stage_graph(&planned.plan, true)?;
+                    let planned_at = now_nanos();
+                    let execution = self
+                        .execute_merge(&planned, &graph, &options, statement)
+                        .await;
+                    (execution, planned_at)
+                }
+            };
+            match execution {
                 Ok(Execution::Committed(outcome, commit)) => {
                     break (planned, planned_at, outcome, commit)
                 }
@@ -84,6 +102,21 @@ impl Session {
             }
         };
         outcome.reexecutions = reexecutions as u64;
+        if let Some(dropped) = &planned.metadata_delete {
+            let row = StatementOutput::merge(&outcome, 0);
+            return match explain {
+                Some(mode) => {
+                    let figures = MetadataDeleteRun {
+                        outcome: &outcome,
+                        started,
+                        planned_at,
+                        commit: &commit,
+                    };
+                    explain_metadata_delete(&planned, dropped, mode.format, Some(figures))
+                }
+                None => Ok(row),
+            };
+        }
         let committed: Vec<_> = outcome.added.iter().chain(&outcome.added_deletes).collect();
         discard_uncommitted(&planned, &committed);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;

@@ -21,6 +21,7 @@ mod ddl;
 mod explain_analyze;
 mod insert;
 mod merge;
+mod metadata_delete;
 mod metrics;
 mod names;
 mod options;

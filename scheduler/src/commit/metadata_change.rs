@@ -45,7 +45,10 @@ where
             .metadata_location()
             .ok_or_else(|| internal(format!("table {ident} has no metadata location")))?
             .to_string();
-        let builder = table.metadata().clone().into_builder(Some(expected.clone()));
+        let builder = table
+            .metadata()
+            .clone()
+            .into_builder(Some(expected.clone()));
         let metadata = change(&table, builder)?
             .build()
             .map_err(iceberg_err)?

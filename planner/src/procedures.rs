@@ -89,6 +89,14 @@ pub enum Procedure {
         snapshot_ids: Vec<i64>,
         max_concurrent_deletes: Option<usize>,
     },
+    /// `rewrite_data_files(table, strategy => 'binpack', options => map(...))`:
+    /// the table's live data files rewritten (deletes applied) into files of
+    /// the target size.
+    RewriteDataFiles {
+        target_file_size_bytes: Option<u64>,
+        min_input_files: Option<usize>,
+        rewrite_all: bool,
+    },
     /// `remove_orphan_files(table, older_than, location, dry_run,
     /// max_concurrent_deletes)`.
     RemoveOrphanFiles {
@@ -229,7 +237,7 @@ const SPARK: &[Spec] = &[
             opt("options", ArgType::StringMap),
             opt("where", ArgType::Str),
         ],
-        missing: Some("compaction is not implemented yet"),
+        missing: None,
     },
     Spec {
         name: "rewrite_manifests",
@@ -502,7 +510,100 @@ fn build(name: &str, args: &mut BTreeMap<&'static str, ArgValue>, what: &str) ->
             )?
             .map(|n| n as usize),
         },
+        "rewrite_data_files" => rewrite_options(args, what)?,
         other => unreachable!("{other} is refused by bind"),
+    })
+}
+
+/// The options of `rewrite_data_files` that icemerge knows.
+const REWRITE_OPTIONS: [&str; 3] = ["target-file-size-bytes", "min-input-files", "rewrite-all"];
+
+fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> Result<Procedure> {
+    if let Some(ArgValue::String(strategy)) = args.remove("strategy") {
+        match strategy.to_lowercase().as_str() {
+            "binpack" => {}
+            "sort" | "zorder" => {
+                return Err(unsupported(format!(
+                    "{what}: strategy '{strategy}' is not supported yet (only 'binpack')"
+                )))
+            }
+            _ => {
+                return Err(invalid_input(format!(
+                    "{what}: argument 'strategy' = '{strategy}': expected 'binpack' or 'sort'"
+                )))
+            }
+        }
+    }
+    if args.remove("sort_order").is_some() {
+        return Err(unsupported(format!(
+            "{what}: argument 'sort_order' is not supported yet (only the 'binpack' strategy)"
+        )));
+    }
+    if let Some(ArgValue::String(filter)) = args.remove("where") {
+        return Err(unsupported(format!(
+            "{what}: argument 'where' = '{filter}' is not supported yet: the whole table is \
+             rewritten (leave 'where' out)"
+        )));
+    }
+    let mut target_file_size_bytes = None;
+    let mut min_input_files = None;
+    let mut rewrite_all = false;
+    if let Some(ArgValue::Map(pairs)) = args.remove("options") {
+        for (key, value) in pairs {
+            let ArgValue::String(key) = key else {
+                return Err(invalid_input(format!(
+                    "{what}: argument 'options': keys are strings, found {}",
+                    key.describe()
+                )));
+            };
+            let text = match &value {
+                ArgValue::String(s) | ArgValue::Number(s) => s.clone(),
+                ArgValue::Bool(b) => b.to_string(),
+                other => {
+                    return Err(invalid_input(format!(
+                        "{what}: option '{key}' = {}: expected a string or number",
+                        other.describe()
+                    )))
+                }
+            };
+            let positive = |text: &str| -> Result<u64> {
+                text.trim()
+                    .parse::<u64>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        invalid_input(format!(
+                            "{what}: option '{key}' = '{text}': expected a positive integer"
+                        ))
+                    })
+            };
+            match key.as_str() {
+                "target-file-size-bytes" => target_file_size_bytes = Some(positive(&text)?),
+                "min-input-files" => min_input_files = Some(positive(&text)? as usize),
+                "rewrite-all" => {
+                    rewrite_all = match text.to_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => {
+                            return Err(invalid_input(format!(
+                                "{what}: option 'rewrite-all' = '{text}': expected true or false"
+                            )))
+                        }
+                    }
+                }
+                _ => {
+                    return Err(invalid_input(format!(
+                        "{what}: unknown option '{key}'; the options are: {}",
+                        REWRITE_OPTIONS.join(", ")
+                    )))
+                }
+            }
+        }
+    }
+    Ok(Procedure::RewriteDataFiles {
+        target_file_size_bytes,
+        min_input_files,
+        rewrite_all,
     })
 }
 
@@ -980,7 +1081,27 @@ mod tests {
         let e = err("CALL system.set_current_snapshot('db.t')");
         assert!(e.contains("exactly one"), "{e}");
         let e = err("CALL system.rewrite_data_files('db.t', options => map('a', '1'))");
+        assert!(
+            e.contains("unknown option 'a'") && e.contains("min-input-files"),
+            "{e}"
+        );
+        let e = err("CALL system.rewrite_data_files('db.t', strategy => 'sort')");
         assert!(e.contains("not supported"), "{e}");
+        let e =
+            err("CALL system.rewrite_data_files('db.t', options => map('min-input-files', '0'))");
+        assert!(e.contains("positive integer"), "{e}");
+        let c = call(
+            "CALL system.rewrite_data_files(table => 'db.t', strategy => 'binpack', \
+             options => map('target-file-size-bytes', '1048576', 'min-input-files', 2))",
+        );
+        assert_eq!(
+            c.procedure,
+            Procedure::RewriteDataFiles {
+                target_file_size_bytes: Some(1_048_576),
+                min_input_files: Some(2),
+                rewrite_all: false
+            }
+        );
         let e = err("CALL system.rollback_to_snapshot('db t', 1)");
         assert!(e.contains("not a table name"), "{e}");
         let e = err("CALL system.rollback_to_snapshot('db.t', 1) extra");

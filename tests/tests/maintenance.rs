@@ -5,8 +5,12 @@
 //! read as before and expired ones are refused; `rollback_to_snapshot` and
 //! `set_current_snapshot` move the table (and refuse what they must, the
 //! table unchanged); `remove_orphan_files` deletes planted old orphans and
-//! nothing else, keeps a young one, and only lists with `dry_run`. The
-//! rollback and expiry also run on a Postgres catalog.
+//! nothing else, keeps a young one, and only lists with `dry_run`;
+//! `rewrite_data_files` compacts many small files with merge-on-read
+//! position deletes into few files without delete files, the rows the same
+//! for icemerge and PyIceberg; a compaction and a MERGE committing at the
+//! same time both stay correct whichever commits first. The rollback and
+//! expiry also run on a Postgres catalog.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -505,5 +509,279 @@ async fn remove_orphan_files_deletes_old_orphans_only() {
                 "{engine:?}: {f} is reached and must stay"
             );
         }
+    }
+}
+
+fn sorted_rows(out: &serde_json::Value) -> Vec<(i64, String)> {
+    let mut rows: Vec<(i64, String)> = out["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["v"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = dir.path().to_str().unwrap().to_string();
+        let session = open_session(dir.path(), engine).await;
+        let mut script = String::from(
+            "CREATE SCHEMA db; CREATE TABLE db.c (id BIGINT, v STRING) TBLPROPERTIES (
+               'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read',
+               'write.delete.mode' = 'merge-on-read');",
+        );
+        for i in 0..40 {
+            script.push_str(&format!(
+                "INSERT INTO db.c SELECT value, 'v{i}' FROM generate_series({}, {});",
+                i * 5,
+                i * 5 + 4
+            ));
+        }
+        script.push_str(
+            "DELETE FROM db.c WHERE id % 10 = 3;
+             UPDATE db.c SET v = 'u' WHERE id % 7 = 0;",
+        );
+        session.execute(&script).await.unwrap();
+        let files = |rows: Vec<Vec<String>>| -> (u64, u64) {
+            let count = |c: &str| {
+                rows.iter()
+                    .find(|r| r[0] == c)
+                    .map(|r| r[1].parse().unwrap())
+                    .unwrap_or(0)
+            };
+            (count("0"), count("1") + count("2"))
+        };
+        let content = "SELECT content, count(*) FROM db.\"c$files\" GROUP BY content";
+        let (data_before, deletes_before) = files(query(&session, content).await);
+        assert!(
+            data_before > 40 && deletes_before > 0,
+            "{engine:?}: {data_before} {deletes_before}"
+        );
+        let rows_sql = "SELECT id, v FROM db.c ORDER BY id";
+        let before = query(&session, rows_sql).await;
+        assert_eq!(before.len(), 200 - 20, "{engine:?}");
+
+        let out = query(&session, "CALL system.rewrite_data_files(table => 'db.c')").await;
+        assert_eq!(out[0][0], data_before.to_string(), "{engine:?}: {out:?}");
+        assert_eq!(out[0][1], "1", "{engine:?}: small input, one file: {out:?}");
+        assert_eq!(out[0][3], "0");
+        assert_eq!(
+            files(query(&session, content).await),
+            (1, 0),
+            "{engine:?}: no delete files"
+        );
+        assert_eq!(query(&session, rows_sql).await, before, "{engine:?}");
+        let last = query(
+            &session,
+            "SELECT operation FROM db.\"c$snapshots\" ORDER BY committed_at DESC LIMIT 1",
+        )
+        .await;
+        assert_eq!(last, vec![vec!["replace"]]);
+        let expected: Vec<(i64, String)> = before
+            .iter()
+            .map(|r| (r[0].parse().unwrap(), r[1].clone()))
+            .collect();
+        let py = run_python(
+            "pyiceberg_interop.py",
+            &["read", "--warehouse", &wh, "--table", "db.c"],
+        );
+        assert_eq!(
+            sorted_rows(&py),
+            expected,
+            "{engine:?}: PyIceberg reads the same rows"
+        );
+
+        // More rows, then a small target size: several files, the rows
+        // unchanged.
+        session
+            .execute(
+                "INSERT INTO db.c SELECT value + 1000, concat(repeat('x', 40), CAST(value AS VARCHAR)) \
+                 FROM generate_series(1, 60000)",
+            )
+            .await
+            .unwrap();
+        let before = query(&session, rows_sql).await;
+        let expected: Vec<(i64, String)> = before
+            .iter()
+            .map(|r| (r[0].parse().unwrap(), r[1].clone()))
+            .collect();
+        let bytes: u64 = query(
+            &session,
+            "SELECT sum(file_size_in_bytes) FROM db.\"c$files\"",
+        )
+        .await[0][0]
+            .parse()
+            .unwrap();
+        let out = query(
+            &session,
+            &format!(
+                "CALL system.rewrite_data_files(table => 'db.c', options => map('target-file-size-bytes', '{}', 'rewrite-all', 'true'))",
+                bytes / 3
+            ),
+        )
+        .await;
+        assert_eq!(out[0][0], "2", "{engine:?}: {out:?}");
+        let added: u64 = out[0][1].parse().unwrap();
+        assert!(added >= 2, "{engine:?}: {out:?}");
+        assert_eq!(files(query(&session, content).await), (added, 0));
+        assert_eq!(query(&session, rows_sql).await, before, "{engine:?}");
+        // The files the rewrites replaced stay until their snapshots expire;
+        // expiring them all leaves exactly the current files.
+        query(
+            &session,
+            "CALL system.expire_snapshots(table => 'db.c', older_than => TIMESTAMP '2999-01-01 00:00:00')",
+        )
+        .await;
+        let table = table_dir(&session, "db.c").await;
+        let on_disk: BTreeSet<String> = files_under(&table)
+            .into_iter()
+            .filter(|f| f.contains("/data/"))
+            .collect();
+        let view = run_python(
+            "maintenance_files.py",
+            &["reach", "--warehouse", &wh, "--table", "db.c"],
+        );
+        assert_eq!(on_disk, strings(&view["content_files"]), "{engine:?}");
+        assert_eq!(on_disk.len() as u64, added);
+        let py = run_python(
+            "pyiceberg_interop.py",
+            &["read", "--warehouse", &wh, "--table", "db.c"],
+        );
+        assert_eq!(sorted_rows(&py), expected, "{engine:?}");
+    }
+}
+
+/// Runs `first` on a session paused before its commit while `second`
+/// commits on another session, then lets `first` commit.
+async fn across(
+    warehouse: &Path,
+    engine: EngineKind,
+    first: &str,
+    second: &str,
+) -> (
+    std::sync::Arc<Session>,
+    datafusion::error::Result<icemerge_scheduler::StatementOutput>,
+) {
+    let session = std::sync::Arc::new(open_session(warehouse, engine).await);
+    let pause = tempfile::tempdir().unwrap();
+    session
+        .execute_one(&format!(
+            "SET icemerge.test_pause_before_commit = '{}'",
+            pause.path().display()
+        ))
+        .await
+        .unwrap();
+    let running = {
+        let session = session.clone();
+        let first = first.to_string();
+        tokio::spawn(async move { session.execute_one(&first).await })
+    };
+    let paused = pause.path().join("paused");
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !paused.exists() {
+        assert!(std::time::Instant::now() < deadline, "never paused");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let other = open_session(warehouse, EngineKind::Local).await;
+    other.execute_one(second).await.unwrap();
+    std::fs::write(pause.path().join("go"), b"").unwrap();
+    (session, running.await.unwrap())
+}
+
+const SETUP: &str = "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT);
+    INSERT INTO db.t SELECT value, 0 FROM generate_series(0, 9);
+    INSERT INTO db.t SELECT value, 0 FROM generate_series(10, 19);
+    INSERT INTO db.t SELECT value, 0 FROM generate_series(20, 29)";
+const COMPACT: &str =
+    "CALL system.rewrite_data_files(table => 'db.t', options => map('min-input-files', '2'))";
+const BUMP: &str =
+    "MERGE INTO db.t USING (SELECT value AS id FROM generate_series(5, 14)) s ON t.id = s.id \
+    WHEN MATCHED THEN UPDATE SET v = t.v + 1";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compaction_and_a_merge_committing_at_once() {
+    for engine in ENGINES {
+        // The merge commits first: the compaction's commit is a conflict,
+        // its files are deleted and the merge's rows stay.
+        let dir = tempfile::tempdir().unwrap();
+        open_session(dir.path(), engine)
+            .await
+            .execute(SETUP)
+            .await
+            .unwrap();
+        let (session, result) = across(dir.path(), engine, COMPACT, BUMP).await;
+        let err = result.unwrap_err().to_string();
+        assert!(
+            err.contains("rewrite_data_files") && err.contains("nothing was rewritten"),
+            "{engine:?}: {err}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["30", "10"]],
+            "{engine:?}"
+        );
+        let table = table_dir(&session, "db.t").await;
+        let wh = dir.path().to_str().unwrap();
+        let view = run_python(
+            "maintenance_files.py",
+            &["reach", "--warehouse", wh, "--table", "db.t"],
+        );
+        let on_disk: BTreeSet<String> = files_under(&table)
+            .into_iter()
+            .filter(|f| f.contains("/data/"))
+            .collect();
+        assert_eq!(
+            on_disk,
+            strings(&view["content_files"]),
+            "{engine:?}: the rewrite left no file"
+        );
+        // Run again (without the pause), it compacts.
+        let session = open_session(dir.path(), engine).await;
+        let out = query(&session, COMPACT).await;
+        assert_eq!(out[0][1], "1", "{engine:?}: {out:?}");
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["30", "10"]]
+        );
+
+        // The compaction commits first: the merge, whose files were
+        // replaced, runs again on the compacted table.
+        let dir = tempfile::tempdir().unwrap();
+        open_session(dir.path(), engine)
+            .await
+            .execute(SETUP)
+            .await
+            .unwrap();
+        let (session, result) = across(dir.path(), engine, BUMP, COMPACT).await;
+        result.unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["30", "10"]],
+            "{engine:?}: updated once"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT operation FROM db.\"t$snapshots\" ORDER BY committed_at"
+            )
+            .await,
+            vec![
+                vec!["append"],
+                vec!["append"],
+                vec!["append"],
+                vec!["replace"],
+                vec!["overwrite"]
+            ],
+            "{engine:?}"
+        );
     }
 }

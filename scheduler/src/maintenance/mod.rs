@@ -8,15 +8,20 @@
 //!   files only they reached deleted;
 //! - `remove_orphan_files`: files under the table location that no
 //!   metadata names, older than a cutoff, deleted;
+//! - `rewrite_data_files`: compaction — the live rows rewritten on the
+//!   engine into files of the target size, committed as one `replace`
+//!   snapshot;
 //! - `reachable`: which files a set of snapshots reaches (manifest lists,
 //!   manifests, content files), read a few manifests at a time.
 //!
-//! None of them runs a plan on the engine: they read metadata and delete
-//! files from the coordinator. Each result is one batch of Spark's columns.
+//! Only `rewrite_data_files` runs a plan on the engine; the others read
+//! metadata and delete files from the coordinator. Each result is one
+//! batch of Spark's columns.
 
 mod expire_snapshots;
 mod reachable;
 mod remove_orphan_files;
+mod rewrite_data_files;
 mod snapshot_ref;
 
 use std::collections::BTreeMap;
@@ -33,17 +38,18 @@ use icemerge_planner::procedures::{Procedure, ProcedureCall};
 use icemerge_proto::error::{internal, not_found};
 
 use crate::catalog::OpenCatalog;
-use crate::session::StatementOutput;
+use crate::session::{Session, StatementOutput};
 
 /// How many files are deleted at once unless `max_concurrent_deletes` says.
 const DELETE_CONCURRENCY: usize = 16;
 
 /// Runs `call` on the table `ident`.
 pub async fn run_procedure(
-    catalog: &OpenCatalog,
+    session: &Session,
     ident: &TableIdent,
     call: ProcedureCall,
 ) -> Result<StatementOutput> {
+    let catalog = session.open_catalog();
     let what = format!("{} on {ident}", call.name);
     if !catalog
         .catalog
@@ -76,6 +82,18 @@ pub async fn run_procedure(
                 concurrency: max_concurrent_deletes.unwrap_or(DELETE_CONCURRENCY),
             };
             expire_snapshots::expire_snapshots(catalog, ident, options, &what).await
+        }
+        Procedure::RewriteDataFiles {
+            target_file_size_bytes,
+            min_input_files,
+            rewrite_all,
+        } => {
+            let options = rewrite_data_files::RewriteOptions {
+                target_file_size_bytes,
+                min_input_files,
+                rewrite_all,
+            };
+            rewrite_data_files::rewrite_data_files(session, ident, options, &what).await
         }
         Procedure::RemoveOrphanFiles {
             older_than,

@@ -24,6 +24,7 @@ mod metrics;
 mod names;
 mod options;
 mod output;
+mod rewrite;
 mod time_travel;
 
 use std::sync::{Arc, Mutex};
@@ -275,7 +276,7 @@ impl Session {
         if let Some(call) = parse_procedure_call(sql)? {
             let ident = self.object_ident(&call.table)?;
             self.ensure_namespace(ident.namespace()).await?;
-            return crate::maintenance::run_procedure(&self.catalog, &ident, call).await;
+            return crate::maintenance::run_procedure(self, &ident, call).await;
         }
         if let Some(alter) = parse_alter_table(sql)? {
             return self.alter_table_properties(alter).await;

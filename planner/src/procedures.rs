@@ -76,6 +76,8 @@ impl Cutoff {
 pub enum Procedure {
     /// `rollback_to_snapshot(table, snapshot_id)`.
     RollbackToSnapshot { snapshot_id: i64 },
+    /// `cherrypick_snapshot(table, snapshot_id)`.
+    CherrypickSnapshot { snapshot_id: i64 },
     /// `set_current_snapshot(table, snapshot_id | ref)`.
     SetCurrentSnapshot {
         snapshot_id: Option<i64>,
@@ -222,11 +224,7 @@ const SPARK: &[Spec] = &[
             req("table", ArgType::Table),
             req("snapshot_id", ArgType::Long),
         ],
-        missing: Some(
-            "cherry-picking a snapshot re-commits its changes as a new snapshot, which is not \
-             metadata-only; set_current_snapshot or rollback_to_snapshot move the table to an \
-             existing snapshot",
-        ),
+        missing: None,
     },
     Spec {
         name: "rewrite_data_files",
@@ -453,6 +451,9 @@ fn build(name: &str, args: &mut BTreeMap<&'static str, ArgValue>, what: &str) ->
     };
     Ok(match name {
         "rollback_to_snapshot" => Procedure::RollbackToSnapshot {
+            snapshot_id: long(args, "snapshot_id")?.expect("required"),
+        },
+        "cherrypick_snapshot" => Procedure::CherrypickSnapshot {
             snapshot_id: long(args, "snapshot_id")?.expect("required"),
         },
         "set_current_snapshot" => {
@@ -1080,6 +1081,11 @@ mod tests {
         assert!(e.contains("given twice"), "{e}");
         let e = err("CALL system.set_current_snapshot('db.t')");
         assert!(e.contains("exactly one"), "{e}");
+        let c = call("CALL system.cherrypick_snapshot('db.t', 5)");
+        assert_eq!(
+            c.procedure,
+            Procedure::CherrypickSnapshot { snapshot_id: 5 }
+        );
         let e = err("CALL system.rewrite_data_files('db.t', options => map('a', '1'))");
         assert!(
             e.contains("unknown option 'a'") && e.contains("min-input-files"),

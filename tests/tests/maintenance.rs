@@ -3,8 +3,8 @@
 //! files the retained snapshots reach (the warehouse listed against
 //! PyIceberg's view of every retained snapshot), retained snapshots still
 //! read as before and expired ones are refused; `rollback_to_snapshot` and
-//! `set_current_snapshot` move the table (and refuse what they must, the
-//! table unchanged); `remove_orphan_files` deletes planted old orphans and
+//! `set_current_snapshot` move the table and `cherrypick_snapshot` applies
+//! an append (they refuse what they must, the table unchanged); `remove_orphan_files` deletes planted old orphans and
 //! nothing else, keeps a young one, and only lists with `dry_run`;
 //! `rewrite_data_files` compacts many small files with merge-on-read
 //! position deletes into few files without delete files, the rows the same
@@ -302,19 +302,19 @@ async fn rollback_and_set_current_snapshot() {
     let dir = tempfile::tempdir().unwrap();
     let session = open_session_on(dir.path(), Some(&db.uri), EngineKind::Local).await;
     rollback_checks(&session, EngineKind::Local).await;
-    // Expiry on the Postgres catalog: the current snapshot's ancestors and
-    // the snapshot written after a rollback (no ref reaches it) go, with its
-    // data file and manifest.
+    // Expiry on the Postgres catalog: all but the current snapshot go. The
+    // cherry-picked snapshot's data file is shared with the current one and
+    // stays; only its own manifest goes.
     let out = query(
         &session,
         "CALL system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00')",
     )
     .await;
-    assert_eq!(out, vec![vec!["1", "0", "0", "1", "3", "0"]]);
+    assert_eq!(out, vec![vec!["0", "0", "0", "1", "4", "0"]]);
     assert_eq!(snapshot_ids(&session, "db.t").await.len(), 1);
     assert_eq!(
         query(&session, "SELECT count(*) FROM db.t").await,
-        vec![vec!["3"]]
+        vec![vec!["4"]]
     );
     drop(session);
     db.drop().await;
@@ -394,11 +394,57 @@ async fn rollback_checks(session: &Session, engine: EngineKind) {
         query(session, "SELECT id FROM db.t ORDER BY id").await,
         vec![vec!["1"], vec!["2"], vec!["4"]]
     );
+    let all = snapshot_ids(session, "db.t").await;
+    let s4 = all.last().unwrap().clone();
+    // Cherry-picking: back to the second snapshot, then the append made on
+    // it is a fast-forward.
+    query(
+        session,
+        &format!("CALL system.rollback_to_snapshot('db.t', {})", ids[1]),
+    )
+    .await;
+    let out = query(
+        session,
+        &format!("CALL system.cherrypick_snapshot('db.t', {s4})"),
+    )
+    .await;
+    assert_eq!(out, vec![vec![s4.clone(), s4.clone()]], "{engine:?}");
+    assert_eq!(
+        snapshot_ids(session, "db.t").await.len(),
+        4,
+        "no new snapshot"
+    );
+    // On top of the third snapshot, its file is appended again.
     query(
         session,
         &format!("CALL system.set_current_snapshot('db.t', {})", ids[2]),
     )
     .await;
+    let out = query(
+        session,
+        &format!("CALL system.cherrypick_snapshot('db.t', {s4})"),
+    )
+    .await;
+    let after = snapshot_ids(session, "db.t").await;
+    assert_eq!(after.len(), 5);
+    assert_eq!(out, vec![vec![s4.clone(), after.last().unwrap().clone()]]);
+    assert_eq!(
+        query(session, "SELECT id FROM db.t ORDER BY id").await,
+        vec![vec!["1"], vec!["2"], vec!["3"], vec!["4"]]
+    );
+    for id in [&s4, &ids[1]] {
+        let err = session
+            .execute_one(&format!("CALL system.cherrypick_snapshot('db.t', {id})"))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cherrypick_snapshot"), "{err}");
+    }
+    assert_eq!(
+        snapshot_ids(session, "db.t").await,
+        after,
+        "refusals change nothing"
+    );
 }
 
 fn age(path: &Path, days: u64) {

@@ -4,6 +4,8 @@
 //!
 //! - `snapshot_ref`: `rollback_to_snapshot`, `set_current_snapshot` (one
 //!   metadata commit moving the main branch);
+//! - `cherrypick`: `cherrypick_snapshot` (an append snapshot applied to the
+//!   current state: fast-forward, or its files appended again);
 //! - `expire_snapshots`: snapshots dropped from the metadata, then the
 //!   files only they reached deleted;
 //! - `remove_orphan_files`: files under the table location that no
@@ -18,6 +20,7 @@
 //! metadata and delete files from the coordinator. Each result is one
 //! batch of Spark's columns.
 
+mod cherrypick;
 mod expire_snapshots;
 mod reachable;
 mod remove_orphan_files;
@@ -62,6 +65,9 @@ pub async fn run_procedure(
     match call.procedure {
         Procedure::RollbackToSnapshot { snapshot_id } => {
             snapshot_ref::rollback_to_snapshot(catalog, ident, snapshot_id, &what).await
+        }
+        Procedure::CherrypickSnapshot { snapshot_id } => {
+            cherrypick::cherrypick_snapshot(catalog, ident, snapshot_id, &what).await
         }
         Procedure::SetCurrentSnapshot {
             snapshot_id,

@@ -9,15 +9,13 @@
 //! `current_snapshot_id`.
 
 use datafusion::error::Result;
-use iceberg::spec::{
-    DataContentType, ManifestStatus, Operation, SnapshotReference, SnapshotRetention, MAIN_BRANCH,
-};
+use iceberg::spec::{DataContentType, ManifestStatus, Operation};
 use iceberg::TableIdent;
-use icemerge_executor::iceberg_err;
 use icemerge_proto::error::{invalid_input, unsupported};
 
 use super::reachable::{for_each_entry, manifests_of};
-use super::{load, long_row, table_refs};
+use super::snapshot_ref::set_main;
+use super::{load, long_row};
 use crate::catalog::OpenCatalog;
 use crate::commit::{commit_append, commit_metadata_change};
 use crate::session::StatementOutput;
@@ -67,17 +65,7 @@ pub async fn cherrypick_snapshot(
                     "{what}: the table changed while cherry-picking; run it again"
                 )));
             }
-            let retention = table_refs(metadata)?
-                .remove(MAIN_BRANCH)
-                .map(|r| r.retention)
-                .unwrap_or(SnapshotRetention::Branch {
-                    min_snapshots_to_keep: None,
-                    max_snapshot_age_ms: None,
-                    max_ref_age_ms: None,
-                });
-            builder
-                .set_ref(MAIN_BRANCH, SnapshotReference::new(snapshot_id, retention))
-                .map_err(iceberg_err)
+            set_main(metadata, builder, snapshot_id)
         })
         .await?;
         return Ok(output(snapshot_id, snapshot_id));

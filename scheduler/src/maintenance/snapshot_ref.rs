@@ -8,7 +8,9 @@
 //! `current_snapshot_id`.
 
 use datafusion::error::Result;
-use iceberg::spec::{SnapshotReference, SnapshotRetention, TableMetadata, MAIN_BRANCH};
+use iceberg::spec::{
+    SnapshotReference, SnapshotRetention, TableMetadata, TableMetadataBuilder, MAIN_BRANCH,
+};
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 use icemerge_proto::error::invalid_input;
@@ -93,21 +95,30 @@ where
         let metadata = table.metadata();
         previous = metadata.current_snapshot_id();
         chosen = target(metadata)?;
-        let retention = table_refs(metadata)?
-            .remove(MAIN_BRANCH)
-            .map(|r| r.retention.clone())
-            .filter(|r| matches!(r, SnapshotRetention::Branch { .. }))
-            .unwrap_or(SnapshotRetention::Branch {
-                min_snapshots_to_keep: None,
-                max_snapshot_age_ms: None,
-                max_ref_age_ms: None,
-            });
-        builder
-            .set_ref(MAIN_BRANCH, SnapshotReference::new(chosen, retention))
-            .map_err(iceberg_err)
+        set_main(metadata, builder, chosen)
     })
     .await?;
     Ok(output(previous, chosen))
+}
+
+/// `builder` with main at `snapshot_id`, main's retention settings kept.
+pub(super) fn set_main(
+    metadata: &TableMetadata,
+    builder: TableMetadataBuilder,
+    snapshot_id: i64,
+) -> Result<TableMetadataBuilder> {
+    let retention = table_refs(metadata)?
+        .remove(MAIN_BRANCH)
+        .map(|r| r.retention)
+        .filter(|r| matches!(r, SnapshotRetention::Branch { .. }))
+        .unwrap_or(SnapshotRetention::Branch {
+            min_snapshots_to_keep: None,
+            max_snapshot_age_ms: None,
+            max_ref_age_ms: None,
+        });
+    builder
+        .set_ref(MAIN_BRANCH, SnapshotReference::new(snapshot_id, retention))
+        .map_err(iceberg_err)
 }
 
 fn output(previous: Option<i64>, current: i64) -> StatementOutput {

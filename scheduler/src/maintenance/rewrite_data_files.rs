@@ -3,8 +3,9 @@
 //! engine with its position and equality delete files applied and the
 //! rows are written into new files of `target-file-size-bytes` (the
 //! table's `write.target-file-size-bytes` by default), then ONE `replace`
-//! snapshot removes the files read and adds the new ones; position delete
-//! files whose data files are all removed go with them. The commit
+//! snapshot removes the files read and adds the new ones, and removes every
+//! position and equality delete file (none applies to a rewritten row any
+//! more). The commit
 //! validates against writers that committed meanwhile at the serializable
 //! level over the whole table (as INSERT OVERWRITE does): a concurrent
 //! change is a conflict, reported by name, and the rewrite's files are
@@ -54,7 +55,7 @@ pub async fn rewrite_data_files(
     };
     let manifests = manifests_of(&base, std::slice::from_ref(&snapshot)).await?;
     let mut data: HashMap<String, u64> = HashMap::new();
-    let mut delete_files = 0usize;
+    let mut delete_files: Vec<String> = vec![];
     for_each_entry(&base, manifests.manifests.values(), |_, entry| {
         if !entry.is_alive() {
             return;
@@ -66,12 +67,14 @@ pub async fn rewrite_data_files(
                     entry.data_file().file_size_in_bytes(),
                 );
             }
-            _ => delete_files += 1,
+            _ => delete_files.push(entry.file_path().to_string()),
         }
     })
     .await?;
     let min_input = options.min_input_files.unwrap_or(DEFAULT_MIN_INPUT_FILES);
-    if data.is_empty() || (!options.rewrite_all && delete_files == 0 && data.len() < min_input) {
+    if data.is_empty()
+        || (!options.rewrite_all && delete_files.is_empty() && data.len() < min_input)
+    {
         return Ok(output(0, 0, 0));
     }
     let input_bytes: u64 = data.values().sum();
@@ -80,7 +83,9 @@ pub async fn rewrite_data_files(
         .write_table_rows(ident, options.target_file_size_bytes, input_bytes)
         .await?;
     let added = write.files.len() as i64;
-    let removed: HashSet<String> = data.keys().cloned().collect();
+    // Every data file is rewritten, so no delete file applies any more: the
+    // position and equality delete files go too.
+    let removed: HashSet<String> = data.keys().chain(delete_files.iter()).cloned().collect();
     let commit = OverwriteCommit {
         added: write.files.clone(),
         removed,

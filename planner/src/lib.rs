@@ -8,6 +8,7 @@ pub mod alter_table;
 pub mod ddl;
 pub mod explain;
 pub mod merge;
+pub mod procedures;
 pub mod source_keys;
 pub mod update_delete;
 pub mod write_mode;

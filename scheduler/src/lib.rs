@@ -7,12 +7,14 @@
 //! - `commit`: ONE snapshot per write and the catalog compare-and-swap;
 //! - `engine`: where plans run — local DataFusion, the in-process Ballista
 //!   cluster, a running scheduler — and job control;
+//! - `maintenance`: table maintenance procedures (`CALL system.*`);
 //! - `server`: the `icemerge-scheduler` process (Ballista scheduler service,
 //!   Flight SQL, progress).
 
 pub mod catalog;
 pub mod commit;
 pub mod engine;
+pub mod maintenance;
 pub mod merge;
 pub mod server;
 pub mod session;

@@ -3,7 +3,7 @@
 //! such as Flink would): SELECT does not return the deleted rows, MERGE does
 //! not match them, a copy-on-write rewrite leaves them out, and a row
 //! inserted again after the delete (a later sequence number) is live. Runs
-//! on both engines.
+//! on both engines. Compaction applies them and leaves none.
 
 use std::sync::Arc;
 
@@ -165,5 +165,52 @@ async fn equality_deletes_are_applied_by_reads_and_merges() {
         )
         .await;
         assert_eq!(kinds, vec![vec!["1", "1"], vec!["2", "1"]], "{engine:?}");
+    }
+}
+
+/// Compaction of a table with equality delete files: the rows stay as
+/// icemerge and PyIceberg read them, and no delete file is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compaction_applies_and_removes_equality_deletes() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = dir.path().to_str().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db;
+                 CREATE TABLE db.t (id BIGINT, v STRING);
+                 INSERT INTO db.t VALUES (1, 'a'), (2, 'a'), (3, 'a');
+                 INSERT INTO db.t VALUES (4, 'b'), (5, 'b'), (6, 'b');",
+            )
+            .await
+            .unwrap();
+        delete_ids(&session, wh, &[2, 5]).await;
+        let live = expected(&[(1, "a"), (3, "a"), (4, "b"), (6, "b")]);
+        assert_eq!(rows(&session).await, live, "{engine:?}");
+        let out = query(&session, "CALL system.rewrite_data_files('db.t')").await;
+        assert_eq!(out[0][..2], ["2", "1"], "{engine:?}: {out:?}");
+        assert_eq!(rows(&session).await, live, "{engine:?}");
+        assert_eq!(
+            query(
+                &session,
+                "SELECT content, count(*) FROM db.\"t$files\" GROUP BY content"
+            )
+            .await,
+            vec![vec!["0", "1"]],
+            "{engine:?}: one data file, no delete file"
+        );
+        let py = run_python(
+            "pyiceberg_interop.py",
+            &["read", "--warehouse", wh, "--table", "db.t"],
+        );
+        let mut ids: Vec<i64> = py["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, vec![1, 3, 4, 6], "{engine:?}: PyIceberg");
     }
 }

@@ -6,7 +6,8 @@
 //! is set, as under `./test.sh`) with every data and metadata file in the
 //! bucket; a failed MERGE
 //! and DROP TABLE leave no objects behind; the cleanup of uncommitted files
-//! lists and deletes through S3.
+//! lists and deletes through S3; snapshot expiry and orphan removal delete
+//! exactly the objects they must.
 
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
@@ -325,4 +326,86 @@ async fn missing_bucket_is_named() {
     );
     assert!(err.contains("NoSuchBucket"), "{err}");
     assert!(!err.contains("icemerge-test-secret"), "{err}");
+}
+
+/// Maintenance on S3: `expire_snapshots` deletes the objects only expired
+/// snapshots reached, `remove_orphan_files` lists the table's prefix and
+/// deletes the planted orphans and nothing else (another table's objects
+/// and every referenced one stay).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_and_remove_orphans_on_s3() {
+    let moto = start_moto();
+    moto.create_bucket("maint");
+    let catalog_dir = tempfile::tempdir().unwrap();
+    let session = open(
+        &moto,
+        "s3://maint/wh",
+        &sqlite_uri(catalog_dir.path()),
+        EngineKind::Local,
+    )
+    .await;
+    session
+        .execute(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING);
+             INSERT INTO db.t VALUES (1, 'a'), (2, 'b');
+             INSERT INTO db.t VALUES (3, 'c');
+             UPDATE db.t SET v = 'B' WHERE id = 2;
+             CREATE TABLE db.t2 (id BIGINT); INSERT INTO db.t2 VALUES (7)",
+        )
+        .await
+        .unwrap();
+    let file = query(&session, "SELECT file_path FROM db.\"t$files\" LIMIT 1").await[0][0].clone();
+    let location = file[..file.find("/data/").unwrap()].to_string();
+    let everything = || moto.objects("s3://maint/wh");
+    let before = everything().await;
+
+    let out = query(
+        &session,
+        "CALL system.expire_snapshots(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00')",
+    )
+    .await;
+    assert_eq!(out, vec![vec!["1", "0", "0", "1", "2", "0"]]);
+    let after = everything().await;
+    let gone: Vec<&String> = before.difference(&after).collect();
+    assert_eq!(gone.len(), 4, "{gone:?}");
+    assert!(gone.iter().all(|k| k.starts_with("wh/db/t/")), "{gone:?}");
+
+    let (operator, _) = s3_operator("s3://maint/wh", &moto.s3_options().file_io_props()).unwrap();
+    let key = |location: &str| location.strip_prefix("s3://maint/").unwrap().to_string();
+    let orphans = [
+        format!("{location}/data/orphan-00000.parquet"),
+        format!("{location}/metadata/orphan-snap.avro"),
+    ];
+    for orphan in &orphans {
+        operator.write(&key(orphan), b"x".to_vec()).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let err = session
+        .execute_one("CALL system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '2999-01-01 00:00:00')")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("in the future"), "{err}");
+    let planted = everything().await;
+    let now = query(&session, "SELECT CAST(now() AS VARCHAR)").await[0][0].clone();
+    let out = query(
+        &session,
+        &format!(
+            "CALL system.remove_orphan_files(table => 'db.t', older_than => TIMESTAMP '{now}')"
+        ),
+    )
+    .await;
+    let listed: BTreeSet<String> = out.into_iter().map(|r| r[0].clone()).collect();
+    assert_eq!(listed, BTreeSet::from(orphans.clone()));
+    let left = everything().await;
+    let removed: BTreeSet<String> = planted.difference(&left).cloned().collect();
+    assert_eq!(removed, orphans.iter().map(|o| key(o)).collect());
+    assert_eq!(
+        query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
+        vec![vec!["1", "a"], vec!["2", "B"], vec!["3", "c"]]
+    );
+    assert_eq!(
+        query(&session, "SELECT id FROM db.t2").await,
+        vec![vec!["7"]]
+    );
 }

@@ -108,7 +108,7 @@ pub async fn purge_table_files(table: &Table) -> Result<()> {
 }
 
 /// Deletes `path`; a file that is not there (any more) is not an error.
-async fn delete_once(io: &FileIO, path: &str) -> Result<()> {
+pub(crate) async fn delete_once(io: &FileIO, path: &str) -> Result<()> {
     if let Err(e) = io.delete(path).await {
         if io.exists(path).await.unwrap_or(true) {
             return Err(e);

@@ -5,9 +5,10 @@
 //! Rules (for [`ManifestPolicy::Merging`], the overwrite's):
 //! - a delete manifest is carried (same manifest list entry), unless the
 //!   commit removes data files and some of its position delete files
-//!   reference only removed ones (`dangling_deletes.rs`): it is then
-//!   rewritten with those `Deleted` (every live data manifest is read when
-//!   files are removed, so the live paths are known);
+//!   reference only removed ones (`dangling_deletes.rs`), or some of its
+//!   delete files are themselves removed (a compaction names them): it is
+//!   then rewritten with those `Deleted` (every live data manifest is read
+//!   when files are removed, so the live paths are known);
 //! - a data manifest with no live file (by its counts, or once loaded) is
 //!   dropped;
 //! - a data manifest not loaded, or loaded with no removed file, is carried;
@@ -132,7 +133,8 @@ pub(crate) struct PlanInput<'a> {
     /// The entries of the manifests that were read, by index in `manifests`
     /// (those [`manifests_to_load`] names).
     pub loaded: &'a HashMap<usize, Vec<EntryView<'a>>>,
-    /// Paths of data files to remove.
+    /// Paths of data files to remove (and of delete files, which only a
+    /// compaction names: every data file they could apply to is removed).
     pub removed: &'a HashSet<String>,
     /// Paths of data files to add.
     pub added: &'a HashSet<&'a str>,
@@ -215,7 +217,7 @@ pub(crate) fn plan_manifests(input: &PlanInput) -> Result<ManifestPlan, PlanErro
         let carried_delete_manifest = view.deletes && (view.may_have_live || merging);
         let decision =
             if let (true, true, Some(entries)) = (view.deletes, merging, input.loaded.get(&i)) {
-                decide_deletes(input, i, entries, live.as_ref(), &mut plan)
+                decide_deletes(input, i, entries, live.as_ref(), &mut plan, &mut found)
             } else if carried_delete_manifest {
                 Decision::Carry
             } else if !view.may_have_live {
@@ -255,13 +257,16 @@ fn live_data_paths<'a>(input: &'a PlanInput<'a>) -> Option<LiveDataPaths<'a>> {
 }
 
 /// A delete manifest that was read: its dangling position delete files are
-/// `Deleted` (see `dangling_deletes.rs`); without any, it is carried.
-fn decide_deletes(
-    input: &PlanInput,
+/// `Deleted` (see `dangling_deletes.rs`), and so is a delete file whose path
+/// is among the removed ones (a compaction that rewrote every data file it
+/// could apply to); without any, it is carried.
+fn decide_deletes<'a>(
+    input: &PlanInput<'a>,
     index: usize,
-    entries: &[EntryView],
+    entries: &[EntryView<'a>],
     live: Option<&LiveDataPaths>,
     plan: &mut ManifestPlan,
+    found: &mut HashSet<&'a str>,
 ) -> Decision {
     let Some(live) = live.filter(|_| !input.removed.is_empty()) else {
         return Decision::Carry;
@@ -273,7 +278,11 @@ fn decide_deletes(
             .references
             .as_ref()
             .map(|(lower, upper)| (lower.as_ref(), upper.as_ref()));
-        if entry.position_deletes && is_dangling(references, live, input.removed) {
+        let named = input.removed.contains(entry.path);
+        if named {
+            found.insert(entry.path);
+        }
+        if named || (entry.position_deletes && is_dangling(references, live, input.removed)) {
             fates.push((e, Fate::Deleted));
             plan.removed.push((index, e));
             dropped += 1;
@@ -544,6 +553,32 @@ mod tests {
         let plan = case.plan().unwrap();
         assert_eq!(plan.decisions[0], Decision::Carry);
         assert_eq!(plan.removed, vec![(1, 0)]);
+    }
+
+    #[test]
+    fn delete_files_named_by_a_compaction_are_removed() {
+        let equality = EntryView { ..live("eq") };
+        let case = Case::new(
+            vec![deletes(), data(0)],
+            vec![
+                (0, vec![equality, position_delete("p-b", "b", "b")]),
+                (1, vec![live("a"), live("b")]),
+            ],
+        )
+        .removing(&["a", "eq"]);
+        let plan = case.plan().unwrap();
+        assert_eq!(
+            plan.decisions[0],
+            Decision::Rewrite(vec![(0, Fate::Deleted), (1, Fate::Existing)])
+        );
+        assert_eq!(plan.removed, vec![(0, 0), (1, 0)]);
+        // A named delete file that is not live is refused like a data file.
+        let case = Case::new(
+            vec![deletes(), data(0)],
+            vec![(0, vec![dead("eq")]), (1, vec![live("a")])],
+        )
+        .removing(&["a", "eq"]);
+        assert_eq!(case.plan(), Err(PlanError::NotLive(vec!["eq".into()])));
     }
 
     #[test]

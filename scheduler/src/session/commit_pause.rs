@@ -1,7 +1,7 @@
 //! A test hook, off unless `icemerge.test_pause_before_commit` names a
-//! directory: a MERGE whose job has finished stops before its commit
-//! until the test says go, so a test can commit a concurrent snapshot at a
-//! known point instead of racing for one.
+//! directory: a MERGE (or `rewrite_data_files`) whose job has finished
+//! stops before its commit until the test says go, so a test can commit a
+//! concurrent snapshot at a known point instead of racing for one.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

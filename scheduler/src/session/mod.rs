@@ -1,7 +1,8 @@
 //! A `Session` runs SQL statements against the Iceberg catalog on one engine.
 //! It owns the DataFusion context (with the Iceberg catalog as its default
 //! catalog) and dispatches each statement: DDL to the catalog (`ddl`;
-//! `alter` for ALTER TABLE's properties),
+//! `alter` for ALTER TABLE's properties; `CALL system.*` and ALTER TABLE
+//! ... EXECUTE to `crate::maintenance`),
 //! INSERT (`insert`) and MERGE, UPDATE, DELETE (`merge`) to the engine and then the commit,
 //! everything else to the engine as one physical plan.
 //!
@@ -26,6 +27,7 @@ mod metrics;
 mod names;
 mod options;
 mod output;
+mod rewrite;
 mod time_travel;
 
 use std::sync::{Arc, Mutex};
@@ -49,6 +51,7 @@ use icemerge_planner::alter_table::parse_alter_table;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
 use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph, Timing};
 use icemerge_planner::merge as merge_sql;
+use icemerge_planner::procedures::parse_procedure_call;
 
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
 use crate::catalog::{open_catalog, IcebergCatalogProvider, IcebergTableProvider, OpenCatalog};
@@ -272,6 +275,11 @@ impl Session {
     async fn dispatch(&self, sql: &str) -> Result<StatementOutput> {
         if let Some(create) = parse_create_table(sql)? {
             return self.create_table(create).await;
+        }
+        if let Some(call) = parse_procedure_call(sql)? {
+            let ident = self.object_ident(&call.table)?;
+            self.ensure_namespace(ident.namespace()).await?;
+            return crate::maintenance::run_procedure(self, &ident, call).await;
         }
         if let Some(alter) = parse_alter_table(sql)? {
             return self.alter_table(alter).await;

@@ -182,9 +182,10 @@ fn html(text: &str) -> String {
     out
 }
 
-fn html_page(title: &str, token: &str, body: &str) -> String {
+/// A whole page; `head` goes into its `<head>`.
+fn html_page(title: &str, token: &str, head: &str, body: &str) -> String {
     format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">{head}\
          <title>{}</title><link rel=\"stylesheet\" href=\"/assets/live.css{token}\"></head>\
          <body>{body}</body></html>\n",
         html(title)
@@ -228,8 +229,8 @@ async fn list_page(State(page): State<LivePage>, request: Request) -> Response {
     for s in &statements {
         let state = s.state_word();
         rows.push_str(&format!(
-            "<tr class=\"statement {state}\" data-statement=\"{id}\"><td><a href=\"/statements/{id}{token}\">{id}</a></td>\
-             <td class=\"state\">{state}</td><td class=\"elapsed\">{elapsed}</td><td><pre class=\"sql\">{sql}</pre>{error}</td></tr>\n",
+            "<tr class=\"statement\" data-statement=\"{id}\"><td><a href=\"/statements/{id}{token}\">{id}</a></td>\
+             <td class=\"state {state}\">{state}</td><td class=\"elapsed\">{elapsed}</td><td><pre class=\"sql\">{sql}</pre>{error}</td></tr>\n",
             id = s.id,
             elapsed = human_ms(s.elapsed_ms(now) as f64),
             sql = html(&s.sql),
@@ -250,12 +251,12 @@ async fn list_page(State(page): State<LivePage>, request: Request) -> Response {
         ""
     };
     let body = format!(
-        "{refresh}<h1>icemerge scheduler</h1><p class=\"info\">Statements sent to this scheduler, newest first (the last {kept}).</p>\
+        "<h1>icemerge scheduler</h1><p class=\"info\">Statements sent to this scheduler, newest first (the last {kept}).</p>\
          <table class=\"statements\"><thead><tr><th>id</th><th>state</th><th>elapsed</th><th>statement</th></tr></thead>\
          <tbody>{rows}</tbody></table>",
         kept = super::statement_log::KEPT,
     );
-    html_response(html_page("icemerge — statements", &token, &body))
+    html_response(html_page("icemerge — statements", &token, refresh, &body))
 }
 
 impl LoggedStatement {
@@ -471,6 +472,7 @@ async fn statement(
     html_response(html_page(
         &format!("icemerge — statement {}", s.id),
         &token,
+        "",
         &body,
     ))
 }

@@ -592,6 +592,63 @@ async fn chromium_renders_the_live_page_and_the_svg_of_a_merge() {
         );
     }
 
+    // A MERGE held before its commit: the page's script polls its JSON (the
+    // token carried on from the page's URL) and redraws it as running.
+    let pause = cluster.dir.path().join("pause");
+    std::fs::create_dir_all(&pause).unwrap();
+    cluster
+        .run(&format!(
+            "SET icemerge.test_pause_before_commit = '{}'",
+            pause.display()
+        ))
+        .await;
+    let again = "MERGE INTO d.t USING (SELECT value AS id FROM generate_series(1, 5)) AS s \
+                 ON t.id = s.id WHEN MATCHED THEN DELETE";
+    let merge = {
+        let mut client = cluster.client().await;
+        tokio::spawn(async move { client.execute_update(again.to_string(), None).await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !pause.join("paused").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the MERGE did not reach its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let running_id = statement_id(&cluster, again);
+    let running_url = format!(
+        "http://{}/statements/{running_id}?token={}",
+        cluster.ui(),
+        encoded_token()
+    );
+    let (chromium4, profile4) = (chromium.clone(), profile.clone());
+    let running_dom = tokio::task::spawn_blocking(move || {
+        run_chromium(
+            &chromium4,
+            &profile4,
+            &["--dump-dom".into(), "--virtual-time-budget=3500".into()],
+            &running_url,
+        )
+    })
+    .await
+    .unwrap();
+    std::fs::write(pause.join("go"), b"").unwrap();
+    assert_eq!(merge.await.unwrap().expect("the held MERGE"), 5);
+    assert!(
+        running_dom.contains("data-refreshed="),
+        "the page's script did not redraw it:\n{running_dom}"
+    );
+    assert!(!running_dom.contains("refresh failed"), "{running_dom}");
+    assert!(
+        running_dom.contains("<span id=\"state\" class=\"running\">running</span>"),
+        "{running_dom}"
+    );
+    assert!(
+        running_dom.contains(">waiting<"),
+        "the commit waits:\n{running_dom}"
+    );
+
     // EXPLAIN ANALYZE (FORMAT SVG) of the same MERGE on the embedded engine.
     let local = open_session(&cluster.dir.path().join("local"), EngineKind::Local).await;
     local

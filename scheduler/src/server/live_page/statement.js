@@ -2,7 +2,8 @@
 // /assets/statement.js): while the statement is queued or running, polls
 // its JSON (the script tag's data-poll URL) every second and redraws the
 // state, the per-stage table and the stage graph; stops once it has drawn
-// the statement's final figures.
+// the statement's final figures. The body's data-refreshed attribute counts
+// the redraws.
 (function () {
   "use strict";
   var script = document.currentScript;
@@ -16,12 +17,15 @@
       node.textContent = value === null || value === undefined ? "" : String(value);
     }
   }
+  var redraws = 0;
   function draw(view) {
+    redraws += 1;
+    document.body.setAttribute("data-refreshed", String(redraws));
     var state = document.getElementById("state");
     state.textContent = view.state;
     state.className = view.state;
     text("elapsed", view.elapsed);
-    text("error", view.error);
+    text("error", view.error || "");
     var body = document.querySelector("#stages tbody");
     while (body.firstChild) {
       body.removeChild(body.firstChild);

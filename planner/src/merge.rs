@@ -218,14 +218,20 @@ fn split_explain(sql: &str) -> Result<Option<SplitExplain>> {
         options = Some((k + 1..close).map(word).collect::<Vec<_>>());
         k = close + 1;
     }
+    // `EXPLAIN (SELECT ...) ...` explains a parenthesized query: no options.
+    if options
+        .as_ref()
+        .and_then(|o| o.first())
+        .is_some_and(|first| matches!(first.as_str(), "SELECT" | "WITH" | "VALUES" | "("))
+    {
+        return Ok(None);
+    }
     let row_level = matches!(word(k).as_str(), "MERGE" | "UPDATE" | "DELETE");
     if !row_level && options.is_none() {
         return Ok(None);
     }
     let Some(&start) = significant.get(k) else {
-        return Err(invalid_input(
-            "EXPLAIN: expected a statement after the options",
-        ));
+        return Ok(None);
     };
     if let Some(options) = &options {
         match options.as_slice() {
@@ -869,6 +875,8 @@ mod tests {
         assert_eq!(other("EXPLAIN SELECT 1"), None);
         assert_eq!(other("EXPLAIN (FORMAT JSON) MERGE INTO t"), None);
         assert!(strip_explain_with_format("EXPLAIN (FORMAT XML) SELECT 1").is_err());
+        assert_eq!(other("EXPLAIN (SELECT 1) UNION (SELECT 2)"), None);
+        assert_eq!(other("EXPLAIN (FORMAT JSON)"), None);
         let (_, rest) = strip_explain_merge("EXPLAIN  (FORMAT DOT) MERGE INTO t USING s")
             .unwrap()
             .unwrap();

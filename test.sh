@@ -12,7 +12,10 @@
 #   Debian's SQLite JDBC driver; cached in $ICEMERGE_SPARK_CACHE, default
 #   ${XDG_CACHE_HOME:-~/.cache}/icemerge-spark, so only the first run
 #   downloads), exported as ICEMERGE_SPARK_PYTHON / ICEMERGE_SPARK_JARS (an
-#   ICEMERGE_SPARK_PYTHON already set is used instead).
+#   ICEMERGE_SPARK_PYTHON already set is used instead);
+# - Debian's chromium for the live page's rendering test (tests/chromium.sh:
+#   installed with apt-get when missing, as root; exports
+#   ICEMERGE_REQUIRE_CHROMIUM=1 so that test fails rather than skips).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -24,6 +27,7 @@ fi
 export ICEMERGE_PYTHON="$PWD/.venv/bin/python"
 
 source tests/postgres.sh
+source tests/chromium.sh
 
 if [ -z "${ICEMERGE_SPARK_PYTHON:-}" ]; then
   ICEMERGE_SPARK_CACHE="${ICEMERGE_SPARK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/icemerge-spark}"

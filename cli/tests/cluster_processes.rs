@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{Cluster, CLI, SCHEDULER};
+use support::{http_get_as, Cluster, CLI, SCHEDULER};
 
 #[test]
 fn merge_through_the_cli_runs_on_several_executor_processes() {
@@ -431,4 +431,78 @@ fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
             "{context}"
         );
     }
+}
+
+/// The scheduler's live page (`--ui-port`) lists what `icemerge
+/// --scheduler` sent, with the MERGE's stage graph and final figures, and
+/// needs the scheduler's token.
+#[test]
+fn the_live_page_lists_what_the_cli_sent() {
+    let token = "ui-token";
+    let cluster = Cluster::start_with_ui(2, Some(token));
+    let ui = cluster
+        .ui
+        .expect("the scheduler printed the live page's URL");
+    cluster.sql(
+        Some(token),
+        "CREATE SCHEMA d; CREATE TABLE d.t (id BIGINT, v BIGINT); \
+         INSERT INTO d.t SELECT value, 0 FROM generate_series(1, 10)",
+    );
+    let merge = "MERGE INTO d.t USING (SELECT value AS id FROM generate_series(8, 12)) AS s \
+                 ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 1 \
+                 WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 2)";
+    let out = cluster.sql(Some(token), merge);
+    assert!(out.lines().nth(1).unwrap().starts_with("5,3,0,2,"), "{out}");
+
+    let (status, _) = http_get_as(ui, "/", None);
+    assert_eq!(status, 401);
+    let (status, _) = http_get_as(ui, "/statements.json", Some("wrong"));
+    assert_eq!(status, 401);
+    let (status, page) = http_get_as(ui, &format!("/?token={token}"), None);
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("MERGE INTO d.t USING"), "{page}");
+
+    let (_, list) = http_get_as(ui, "/statements.json", Some(token));
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let statements = list["statements"].as_array().unwrap();
+    // The CLI splits the script: one entry per statement, newest first.
+    let sqls: Vec<&str> = statements
+        .iter()
+        .map(|s| s["sql"].as_str().unwrap())
+        .collect();
+    assert_eq!(sqls.len(), 4, "{list}");
+    assert_eq!(sqls[0], merge);
+    assert!(sqls[3].starts_with("CREATE SCHEMA d"), "{list}");
+    assert!(
+        statements.iter().all(|s| s["state"] == "succeeded"),
+        "{list}"
+    );
+
+    let id = statements[0]["id"].as_u64().unwrap();
+    let (status, view) = http_get_as(ui, &format!("/statements/{id}.json"), Some(token));
+    assert_eq!(status, 200, "{view}");
+    let view: serde_json::Value = serde_json::from_str(&view).unwrap();
+    assert_eq!(view["merge"]["count"], 5, "{view}");
+    let stages = view["stages"].as_array().unwrap();
+    let kinds: Vec<&str> = stages.iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "scan_target",
+            "scan_source",
+            "join",
+            "merge_writer",
+            "commit"
+        ],
+        "{view}"
+    );
+    for stage in stages {
+        assert_eq!(stage["status"], "done", "{stage}");
+        assert_eq!(stage["tasks_done"], stage["tasks_total"], "{stage}");
+    }
+    let join = &stages[2];
+    assert_eq!(join["rows_out"], 5, "{view}");
+    assert_eq!(stages[3]["rows_in"], 5, "{view}");
+    let svg = view["svg"].as_str().unwrap();
+    assert_eq!(svg.matches("<g class=\"stage\"").count(), 5, "{svg}");
 }

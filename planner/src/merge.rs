@@ -158,6 +158,32 @@ impl ExplainFormat {
 /// `None` when `sql` is not an EXPLAIN of one of those. An option list that is not one `FORMAT` of those is an
 /// error naming it.
 pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> {
+    Ok(split_explain(sql)?
+        .filter(|e| e.row_level)
+        .map(|e| (e.mode, e.statement)))
+}
+
+/// Splits `EXPLAIN [ANALYZE] (FORMAT ...) <statement>` of any other
+/// statement (a query, an INSERT) into the mode and the statement's text;
+/// `None` without an option list (`EXPLAIN SELECT ...` stays DataFusion's
+/// EXPLAIN) and for MERGE, UPDATE and DELETE (`strip_explain_merge`).
+pub fn strip_explain_with_format(sql: &str) -> Result<Option<(ExplainMerge, String)>> {
+    Ok(split_explain(sql)?
+        .filter(|e| !e.row_level && e.options)
+        .map(|e| (e.mode, e.statement)))
+}
+
+/// An EXPLAIN split into its parts.
+struct SplitExplain {
+    mode: ExplainMerge,
+    /// An option list `( ... )` was given.
+    options: bool,
+    /// The statement is a MERGE, UPDATE or DELETE.
+    row_level: bool,
+    statement: String,
+}
+
+fn split_explain(sql: &str) -> Result<Option<SplitExplain>> {
     let Ok(tokens) = Tokenizer::new(&GenericDialect {}, sql).tokenize() else {
         return Ok(None);
     };
@@ -192,20 +218,33 @@ pub fn strip_explain_merge(sql: &str) -> Result<Option<(ExplainMerge, String)>> 
         options = Some((k + 1..close).map(word).collect::<Vec<_>>());
         k = close + 1;
     }
-    if !matches!(word(k).as_str(), "MERGE" | "UPDATE" | "DELETE") {
+    // `EXPLAIN (SELECT ...) ...` explains a parenthesized query: no options.
+    if options
+        .as_ref()
+        .and_then(|o| o.first())
+        .is_some_and(|first| matches!(first.as_str(), "SELECT" | "WITH" | "VALUES" | "("))
+    {
         return Ok(None);
     }
-    if let Some(options) = options {
+    let row_level = matches!(word(k).as_str(), "MERGE" | "UPDATE" | "DELETE");
+    if !row_level && options.is_none() {
+        return Ok(None);
+    }
+    let Some(&start) = significant.get(k) else {
+        return Ok(None);
+    };
+    if let Some(options) = &options {
         match options.as_slice() {
             [format, name] if format == "FORMAT" => mode.format = ExplainFormat::parse(name)?,
-            _ => return Err(unsupported_explain_option(&options)),
+            _ => return Err(unsupported_explain_option(options)),
         }
     }
-    let start = significant[k];
-    Ok(Some((
+    Ok(Some(SplitExplain {
         mode,
-        tokens[start..].iter().map(|t| t.to_string()).collect(),
-    )))
+        options: options.is_some(),
+        row_level,
+        statement: tokens[start..].iter().map(|t| t.to_string()).collect(),
+    }))
 }
 
 /// The error for an EXPLAIN option list that is not one `FORMAT`.
@@ -818,6 +857,26 @@ mod tests {
         );
         assert_eq!(mode("EXPLAIN SELECT 1"), None);
         assert_eq!(mode("EXPLAIN (FORMAT JSON) SELECT 1"), None);
+        let other = |sql: &str| strip_explain_with_format(sql).unwrap();
+        assert_eq!(
+            other("EXPLAIN ANALYZE (FORMAT SVG) SELECT 1"),
+            Some((
+                ExplainMerge {
+                    analyze: true,
+                    format: ExplainFormat::Svg
+                },
+                "SELECT 1".to_string()
+            ))
+        );
+        assert_eq!(
+            other("EXPLAIN (FORMAT JSON) INSERT INTO t VALUES (1)").map(|(m, _)| m.format),
+            Some(ExplainFormat::Json)
+        );
+        assert_eq!(other("EXPLAIN SELECT 1"), None);
+        assert_eq!(other("EXPLAIN (FORMAT JSON) MERGE INTO t"), None);
+        assert!(strip_explain_with_format("EXPLAIN (FORMAT XML) SELECT 1").is_err());
+        assert_eq!(other("EXPLAIN (SELECT 1) UNION (SELECT 2)"), None);
+        assert_eq!(other("EXPLAIN (FORMAT JSON)"), None);
         let (_, rest) = strip_explain_merge("EXPLAIN  (FORMAT DOT) MERGE INTO t USING s")
             .unwrap()
             .unwrap();

@@ -403,3 +403,100 @@ async fn explain_update_and_delete_show_their_stages() {
         );
     }
 }
+
+/// EXPLAIN with a FORMAT of a query and of an INSERT: the same stage graph
+/// documents as a MERGE's (JSON, SVG, DOT, text); ANALYZE runs the
+/// statement (an INSERT commits) with exact counts; a statement without a
+/// plan is refused by name, and plain `EXPLAIN SELECT` stays DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_formats_of_a_query_and_an_insert() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING);
+                 INSERT INTO db.t VALUES (1, 'a'), (2, 'b'), (3, 'c')",
+            )
+            .await
+            .unwrap();
+        let doc: ExplainDocument = serde_json::from_str(
+            &document(
+                &session,
+                "EXPLAIN (FORMAT JSON) SELECT v FROM db.t WHERE id > 1",
+            )
+            .await,
+        )
+        .unwrap();
+        assert_eq!(doc.statement, "query");
+        assert!(!doc.analyzed);
+        assert!(!doc.stages.is_empty());
+        let svg = document(&session, "EXPLAIN (FORMAT SVG) SELECT count(*) FROM db.t").await;
+        let boxes = stage_boxes(&svg);
+        assert_eq!(boxes, (1..=boxes.len()).collect::<Vec<_>>(), "{svg}");
+        let dot = lines(&session, "EXPLAIN (FORMAT GRAPHVIZ) SELECT * FROM db.t")
+            .await
+            .join("\n");
+        assert!(dot.starts_with("digraph"), "{dot}");
+
+        let analyzed: ExplainDocument = serde_json::from_str(
+            &document(&session, "EXPLAIN ANALYZE (FORMAT JSON) SELECT * FROM db.t").await,
+        )
+        .unwrap();
+        assert!(analyzed.analyzed);
+        let root = analyzed.stages.last().and_then(|s| s.figures.as_ref());
+        assert_eq!(root.map(|f| f.rows_out), Some(3), "{analyzed:#?}");
+        let files_read: u64 = analyzed
+            .stages
+            .iter()
+            .filter_map(|s| s.figures.as_ref())
+            .map(|f| f.files_read)
+            .sum();
+        assert_eq!(files_read, 1, "{analyzed:#?}");
+        let text = lines(&session, "EXPLAIN ANALYZE (FORMAT TEXT) SELECT * FROM db.t")
+            .await
+            .join("\n");
+        assert!(text.contains("Query: rows=3"), "{text}");
+
+        let insert: ExplainDocument = serde_json::from_str(
+            &document(
+                &session,
+                "EXPLAIN ANALYZE (FORMAT JSON) INSERT INTO db.t VALUES (4, 'd'), (5, 'e')",
+            )
+            .await,
+        )
+        .unwrap();
+        assert_eq!(insert.statement, "insert");
+        let written: u64 = insert
+            .stages
+            .iter()
+            .filter_map(|s| s.figures.as_ref())
+            .map(|f| f.files_written)
+            .sum();
+        assert!(written >= 1, "{insert:#?}");
+        let svg = document(
+            &session,
+            "EXPLAIN (FORMAT SVG) INSERT INTO db.t VALUES (6, 'f')",
+        )
+        .await;
+        assert!(!stage_boxes(&svg).is_empty());
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.t").await,
+            vec![vec!["5"]],
+            "{engine:?}: ANALYZE commits the INSERT, EXPLAIN does not"
+        );
+
+        let err = session
+            .execute_one("EXPLAIN (FORMAT JSON) CREATE TABLE db.u (id BIGINT)")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("has no stage graph"), "{err}");
+        let err = session
+            .execute_one("EXPLAIN (FORMAT XML) SELECT 1")
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("unknown FORMAT 'XML'"), "{err}");
+        let datafusion = lines(&session, "EXPLAIN SELECT * FROM db.t").await;
+        assert!(!datafusion.is_empty());
+    }
+}

@@ -1,7 +1,8 @@
 //! The `icemerge-scheduler` command: the coordinator of an icemerge cluster.
 //! Runs the Ballista scheduler service (executors connect to it) and the
 //! Flight SQL server (clients send statements to it); MERGE planning and
-//! commits happen here. Prints one line with both addresses once listening.
+//! commits happen here. Prints one line with both addresses (and the live
+//! page's URL with --ui-port) once listening.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -87,6 +88,12 @@ struct Args {
     /// least 10).
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
     executor_timeout: u64,
+
+    /// Serve the live page (running and recent statements, their stage
+    /// graphs and per-stage progress) on this port of --bind-host; with
+    /// --token it needs the token too. Off unless given.
+    #[arg(long, value_name = "PORT", env = "ICEMERGE_UI_PORT")]
+    ui_port: Option<u16>,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -110,6 +117,7 @@ async fn main() -> ExitCode {
         push_scheduling: !args.pull,
         executor_timeout_seconds: args.executor_timeout,
         memory_limit: args.memory_limit,
+        ui_port: args.ui_port,
     };
     let running = match start(options).await {
         Ok(running) => running,
@@ -118,10 +126,16 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    println!(
-        "icemerge-scheduler: ballista {} flight-sql {}",
-        running.ballista_addr, running.flight_sql_addr
-    );
+    match running.ui_addr {
+        Some(ui) => println!(
+            "icemerge-scheduler: ballista {} flight-sql {} ui http://{ui}/",
+            running.ballista_addr, running.flight_sql_addr
+        ),
+        None => println!(
+            "icemerge-scheduler: ballista {} flight-sql {}",
+            running.ballista_addr, running.flight_sql_addr
+        ),
+    }
     tokio::select! {
         result = running.wait() => {
             if let Err(e) = result {

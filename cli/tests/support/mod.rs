@@ -28,6 +28,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub ballista: SocketAddr,
     pub flight_sql: SocketAddr,
+    /// The live page's address (`start_with_ui`).
+    pub ui: Option<SocketAddr>,
     pub executor_logs: Vec<PathBuf>,
     // Executors first: they are stopped before the scheduler.
     pub executors: Vec<Process>,
@@ -62,8 +64,40 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
         .unwrap_or_default()
 }
 
+/// `GET path` with `authorization: Bearer <token>` when given; the status
+/// code and the body.
+pub fn http_get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    let auth = token
+        .map(|t| format!("authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_string())
+}
+
 impl Cluster {
     pub fn start(executors: usize, token: Option<&str>) -> Cluster {
+        Self::start_with(executors, token, false)
+    }
+
+    /// As `start`, with the scheduler's live page on a free port.
+    pub fn start_with_ui(executors: usize, token: Option<&str>) -> Cluster {
+        Self::start_with(executors, token, true)
+    }
+
+    fn start_with(executors: usize, token: Option<&str>, ui: bool) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let scheduler_log = dir.path().join("scheduler.log");
         let mut command = Command::new(SCHEDULER);
@@ -79,22 +113,30 @@ impl Cluster {
         if let Some(token) = token {
             command.args(["--token", token]);
         }
+        if ui {
+            command.args(["--ui-port", "0"]);
+        }
         let mut child = command.spawn().expect("spawn icemerge-scheduler");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
         let scheduler = Process(child);
-        // "icemerge-scheduler: ballista ADDR flight-sql ADDR"
+        // "icemerge-scheduler: ballista ADDR flight-sql ADDR [ui http://ADDR/]"
         let words: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(
             words.len(),
-            5,
+            if ui { 7 } else { 5 },
             "scheduler did not start: '{line}'\n{}",
             read_log(&scheduler_log)
         );
         let ballista: SocketAddr = words[2].parse().unwrap();
         let flight_sql: SocketAddr = words[4].parse().unwrap();
+        let ui = ui.then(|| {
+            assert_eq!(words[5], "ui", "{line}");
+            let url = words[6].strip_prefix("http://").unwrap();
+            url.trim_end_matches('/').parse::<SocketAddr>().unwrap()
+        });
 
         let mut processes = vec![];
         let mut executor_logs = vec![];
@@ -119,6 +161,7 @@ impl Cluster {
             dir,
             ballista,
             flight_sql,
+            ui,
             executor_logs,
             executors: processes,
             _scheduler: scheduler,

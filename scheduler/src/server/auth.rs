@@ -1,6 +1,8 @@
-//! Authentication of the Flight SQL port: with a token configured, every
-//! call must carry `authorization: Bearer <token>`; others are refused with
-//! `Unauthenticated` before any handler (and so any statement) runs.
+//! Authentication of the Flight SQL port and the live page: with a token
+//! configured, every Flight SQL call must carry `authorization: Bearer
+//! <token>`; others are refused with `Unauthenticated` before any handler
+//! (and so any statement) runs. The live page takes the same token
+//! (`accepts`), from the header or a `?token=` query parameter.
 
 use tonic::{Request, Status};
 
@@ -12,6 +14,16 @@ pub struct Auth {
 }
 
 impl Auth {
+    /// Whether a request carrying `given` (the bearer token it sent, if
+    /// any) may be served; always with no token configured.
+    pub fn accepts(&self, given: Option<&str>) -> bool {
+        match (&self.token, given) {
+            (None, _) => true,
+            (Some(token), Some(given)) => constant_time_eq(given.as_bytes(), token.as_bytes()),
+            (Some(_), None) => false,
+        }
+    }
+
     /// Lets a request through only with `authorization: Bearer <token>`.
     #[allow(clippy::result_large_err)]
     pub fn check(&self, request: Request<()>) -> Result<Request<()>, Status> {

@@ -22,6 +22,8 @@
 //! `authorization` header is not `Bearer <token>` with `Unauthenticated`
 //! before any handler (and so any statement) runs.
 //!
+//! Every statement is recorded in the [`StatementLog`] the live page reads.
+//!
 //! Statements run one at a time: the coordinator has one session. A client
 //! that cancels its call (drops the request) cancels the statement's
 //! Ballista job; the statement then commits nothing.
@@ -59,6 +61,7 @@ use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
 
 use super::auth::Auth;
 use super::progress::JobProgress;
+use super::statement_log::StatementLog;
 use crate::session::{Session, StatementOutput};
 
 /// How long an unfetched query result is kept.
@@ -70,9 +73,11 @@ pub async fn serve_flight_sql(
     session: Arc<Session>,
     auth: Auth,
     progress: Option<JobProgress>,
+    log: StatementLog,
 ) -> Result<(), tonic::transport::Error> {
     let mut service = IcemergeFlightSql::new(session);
     service.progress = progress;
+    service.log = log;
     let service = FlightServiceServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
@@ -96,6 +101,8 @@ pub struct IcemergeFlightSql {
     running: Arc<tokio::sync::Mutex<()>>,
     results: Mutex<HashMap<String, StoredResult>>,
     progress: Option<JobProgress>,
+    /// Every statement sent, for the live page.
+    log: StatementLog,
 }
 
 impl IcemergeFlightSql {
@@ -105,6 +112,7 @@ impl IcemergeFlightSql {
             running: Arc::new(tokio::sync::Mutex::new(())),
             results: Mutex::new(HashMap::new()),
             progress: None,
+            log: StatementLog::default(),
         }
     }
 
@@ -113,13 +121,31 @@ impl IcemergeFlightSql {
     /// the statement's job is cancelled: it then fails, commits nothing and
     /// deletes the files it wrote.
     async fn run(&self, sql: &str) -> Result<StatementOutput, Status> {
+        let id = self.log.submit(sql);
         let turn = self.running.clone().lock_owned().await;
         tracing::info!(statement = %sql, "running");
         let session = self.session.clone();
         let sql = sql.to_string();
+        let log = self.log.clone();
         let statement = tokio::spawn(async move {
             let _turn = turn;
-            session.execute_one(&sql).await
+            let plans_before = session.plans_started();
+            log.start(id, plans_before);
+            let output = session.execute_one(&sql).await;
+            // Recorded before the turn is given up: the session's last run
+            // is this statement's.
+            let ran_plan = session.plans_started() > plans_before;
+            // A failed statement's run may not have been recorded: its
+            // plan as it started is.
+            let document = match (ran_plan, output.is_ok()) {
+                (false, _) => None,
+                (true, true) => session.last_run(),
+                (true, false) => session.current_run().map(|run| run.document.clone()),
+            };
+            let job = ran_plan.then(|| session.last_job_id()).flatten();
+            let error = output.as_ref().err().map(|e| e.to_string());
+            log.finish(id, error, document, job);
+            output
         });
         let mut guard = CancelOnDrop {
             session: Some(self.session.clone()),

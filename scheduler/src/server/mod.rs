@@ -6,13 +6,17 @@
 //!   executor liveness recorded for the coordinator;
 //! - `flight_sql`: the Flight SQL front door for clients;
 //! - `auth`: the bearer-token check of the Flight SQL port;
-//! - `progress`: per-stage progress of the running job.
+//! - `progress`: per-stage progress of the running job;
+//! - `statement_log`: the statements clients sent, running and recent;
+//! - `live_page`: the HTML page of those statements and their stage graphs.
 
 pub mod auth;
 pub mod flight_sql;
 mod ledger_service;
+pub mod live_page;
 pub mod progress;
 pub mod scheduler_process;
+pub mod statement_log;
 
 pub use auth::Auth;
 pub use scheduler_process::{check_bind, start, RunningScheduler, SchedulerProcessOptions};

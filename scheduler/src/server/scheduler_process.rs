@@ -2,7 +2,8 @@
 //! executors and the coordinator's job submission, plus Ballista's REST API
 //! on the same port) wired with icemerge's codecs and query planner, and the
 //! Flight SQL front door (`flight_sql`) whose session plans statements, runs
-//! them as jobs on this scheduler and commits them — the coordinator.
+//! them as jobs on this scheduler and commits them — the coordinator; with
+//! `ui_port`, the live page (`live_page`) on a port of its own.
 //!
 //! Every task status an executor reports to this scheduler is recorded in a
 //! [`TaskLedger`] before Ballista handles it, so the coordinator's session
@@ -32,7 +33,9 @@ use icemerge_proto::limits::{
 use super::auth::Auth;
 use super::flight_sql::serve_flight_sql;
 use super::ledger_service::LedgerScheduler;
+use super::live_page::{serve_live_page, LivePage};
 use super::progress::JobProgress;
+use super::statement_log::StatementLog;
 use crate::catalog::CatalogOptions;
 use crate::engine::{
     scheduler_session_builder, ExecutorLiveness, IcemergeLogicalCodec, SchedulerTarget, TaskLedger,
@@ -63,21 +66,37 @@ pub struct SchedulerProcessOptions {
     pub executor_timeout_seconds: u64,
     /// Memory of the coordinator's sessions (default: half the RAM).
     pub memory_limit: Option<MemoryBudget>,
+    /// Port of the live page (`live_page`); None: no page.
+    pub ui_port: Option<u16>,
 }
 
 /// A running scheduler process.
 pub struct RunningScheduler {
     pub ballista_addr: SocketAddr,
     pub flight_sql_addr: SocketAddr,
+    /// The live page's address, when enabled.
+    pub ui_addr: Option<SocketAddr>,
     pub ledger: TaskLedger,
     ballista: JoinHandle<std::io::Result<()>>,
     flight_sql: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
+    ui: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl RunningScheduler {
     /// Waits until one of the services stops (they only stop on an error).
     pub async fn wait(self) -> Result<()> {
+        let ui = async {
+            match self.ui {
+                Some(ui) => ui.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            r = ui => match r {
+                Ok(Ok(())) => Err(config_err("the live page stopped")),
+                Ok(Err(e)) => Err(config_err(format!("the live page failed: {e}"))),
+                Err(e) => Err(config_err(format!("the live page panicked: {e}"))),
+            },
             r = self.ballista => match r {
                 Ok(Ok(())) => Err(config_err("the Ballista service stopped")),
                 Ok(Err(e)) => Err(config_err(format!("the Ballista service failed: {e}"))),
@@ -186,18 +205,43 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let auth = Auth {
         token: options.token.clone(),
     };
+    let session = Arc::new(session);
+    let log = StatementLog::default();
+    let (ui, ui_addr) = match options.ui_port {
+        Some(port) => {
+            let listener = bind(options.bind_host, port, "live page").await?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| config_err(e.to_string()))?;
+            let page = LivePage {
+                log: log.clone(),
+                session: session.clone(),
+                progress: progress.clone(),
+                ledger: ledger.clone(),
+                auth: auth.clone(),
+            };
+            (
+                Some(tokio::spawn(serve_live_page(listener, page))),
+                Some(addr),
+            )
+        }
+        None => (None, None),
+    };
     let flight_sql = tokio::spawn(serve_flight_sql(
         flight_listener,
-        Arc::new(session),
+        session,
         auth,
         Some(progress),
+        log,
     ));
     Ok(RunningScheduler {
         ballista_addr,
         flight_sql_addr,
+        ui_addr,
         ledger,
         ballista,
         flight_sql,
+        ui,
     })
 }
 
@@ -286,6 +330,7 @@ mod tests {
             push_scheduling: true,
             executor_timeout_seconds: 30,
             memory_limit: None,
+            ui_port: None,
         }
     }
 

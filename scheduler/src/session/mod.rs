@@ -11,6 +11,7 @@
 //! - `output`: what a statement gives back;
 //! - `metrics`: the last plan's operator counters;
 //! - `explain_analyze`: EXPLAIN ANALYZE's figures;
+//! - `explain_plan`: EXPLAIN (FORMAT ...) of a query or an INSERT;
 //! - `time_travel`: tables read `FOR VERSION / TIMESTAMP AS OF`, resolved
 //!   before a statement is parsed.
 
@@ -20,6 +21,7 @@ mod alter_schema;
 mod commit_pause;
 mod ddl;
 mod explain_analyze;
+mod explain_plan;
 mod insert;
 mod merge;
 mod metadata_delete;
@@ -30,6 +32,7 @@ mod output;
 mod rewrite;
 mod time_travel;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arrow::record_batch::RecordBatch;
@@ -66,6 +69,20 @@ pub use names::DEFAULT_NAMESPACE;
 pub use options::{cores, local_session_config, session_config, IcemergeOptions, SessionOptions};
 pub use output::{StatementOutput, DOCUMENT_COLUMNS};
 
+/// A plan as it starts running: its stage graph (no figures yet), when
+/// it started and its number among the plans the session has started.
+#[derive(Debug, Clone)]
+pub struct PlanRun {
+    /// 1 for the session's first plan, then counting up.
+    pub number: u64,
+    pub document: ExplainDocument,
+    /// Nanoseconds since the Unix epoch.
+    pub started: i64,
+    /// Its Ballista job, once the job has ended (while it runs:
+    /// `Session::running_job_id`).
+    pub job: Option<String>,
+}
+
 /// A SQL session on one catalog and engine.
 pub struct Session {
     ctx: SessionContext,
@@ -76,6 +93,10 @@ pub struct Session {
     last_metrics: Mutex<OperatorMetrics>,
     /// The stage graph and figures of the last plan run.
     last_run: Mutex<Option<Box<ExplainDocument>>>,
+    /// The plan running now (or last started), for the live page.
+    current_run: Mutex<Option<Arc<PlanRun>>>,
+    /// Plans started on this session so far.
+    plan_runs: AtomicU64,
     control: JobControl,
     /// The memory budget statements run in, as an error names it.
     budget: String,
@@ -175,6 +196,8 @@ impl Session {
             control: JobControl::default(),
             last_metrics: Mutex::new(OperatorMetrics::default()),
             last_run: Mutex::new(None),
+            current_run: Mutex::new(None),
+            plan_runs: AtomicU64::new(0),
             budget,
         })
     }
@@ -212,6 +235,18 @@ impl Session {
     /// MERGE, with its commit, result figures and timing).
     pub fn last_run(&self) -> Option<ExplainDocument> {
         self.last_run.lock().expect("lock").as_deref().cloned()
+    }
+
+    /// The plan the executing statement runs now (or the last one any
+    /// statement started): its stage graph, when it started, its number.
+    pub fn current_run(&self) -> Option<Arc<PlanRun>> {
+        self.current_run.lock().expect("lock").clone()
+    }
+
+    /// How many plans this session has started: a statement ran a plan
+    /// when the number grew while it executed.
+    pub fn plans_started(&self) -> u64 {
+        self.plan_runs.load(Ordering::SeqCst)
     }
 
     /// `local` or `cluster`.
@@ -289,6 +324,9 @@ impl Session {
                 invalid_input("EXPLAIN: expected a MERGE, UPDATE or DELETE statement")
             })?;
             return self.run_merge(statement, Some(mode)).await;
+        }
+        if let Some((mode, statement)) = merge_sql::strip_explain_with_format(sql)? {
+            return self.explain_plan(mode, &statement).await;
         }
         if let Some(statement) = merge_sql::parse_row_level(sql)? {
             return self.run_merge(statement, None).await;
@@ -375,6 +413,12 @@ impl Session {
     async fn run_plan(&self, graph: &StageGraph, statement: &str) -> Result<Vec<RecordBatch>> {
         let mut document = ExplainDocument::plan(statement, self.engine_name(), &graph.stages);
         let started = now_nanos();
+        *self.current_run.lock().expect("lock") = Some(Arc::new(PlanRun {
+            number: self.plan_runs.fetch_add(1, Ordering::SeqCst) + 1,
+            document: document.clone(),
+            started,
+            job: None,
+        }));
         let run = self
             .engine
             .run(&self.ctx, graph.plan.clone(), &self.control)
@@ -407,6 +451,9 @@ impl Session {
             run_ms,
             ..Default::default()
         });
+        if let Some(current) = self.current_run.lock().expect("lock").as_mut() {
+            Arc::make_mut(current).job = run.job_id.clone();
+        }
         *self.last_job.lock().expect("lock") = run.job_id.clone();
         *self.last_metrics.lock().expect("lock") = metrics;
         *self.last_run.lock().expect("lock") = Some(Box::new(document));

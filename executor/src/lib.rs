@@ -29,6 +29,7 @@ pub mod scan_exec;
 pub mod stage_probe;
 pub mod task_figures;
 pub mod write_exec;
+pub mod write_order;
 
 use datafusion::error::DataFusionError;
 use iceberg::ErrorKind as IcebergKind;

@@ -5,7 +5,8 @@
 //!
 //! File names carry the statement's write id, the task partition and a fresh
 //! id per execution, so a re-run task attempt never overwrites another's file.
-//! A task that fails deletes the files it wrote.
+//! A task that fails deletes the files it wrote. Rows that come in the
+//! table's write order (`write_order.rs`) make files that record it.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -16,7 +17,7 @@ use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::{Distribution, EquivalenceProperties};
+use datafusion::physical_expr::{Distribution, EquivalenceProperties, OrderingRequirements};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -42,6 +43,7 @@ use parquet::file::properties::WriterProperties;
 
 use crate::file_io::file_io_from_props;
 use crate::iceberg_err;
+use crate::write_order::{sorted_input_order_id, with_sort_order_id, write_ordering};
 use icemerge_proto::error::internal;
 
 /// Schema of the writer's output: one row per data file written.
@@ -129,6 +131,11 @@ impl ExecutionPlan for IcebergWriteExec {
         vec![false]
     }
 
+    /// The table's write order, within each task (`write_order.rs`).
+    fn required_input_ordering(&self) -> Vec<Option<OrderingRequirements>> {
+        vec![write_ordering(&self.metadata).map(|(_, ordering)| ordering.into())]
+    }
+
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
     }
@@ -154,6 +161,7 @@ impl ExecutionPlan for IcebergWriteExec {
         partition: usize,
         context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
+        let sort_order_id = sorted_input_order_id(&self.metadata, &self.input);
         let input = self.input.execute(partition, context)?;
         let metadata = self.metadata.clone();
         let file_io = file_io_from_props(&self.file_io_props);
@@ -180,6 +188,13 @@ impl ExecutionPlan for IcebergWriteExec {
                     writer.abort().await;
                     return Err(e);
                 }
+            };
+            let files = match sort_order_id {
+                Some(id) => files
+                    .iter()
+                    .map(|f| with_sort_order_id(f, metadata.default_partition_spec_id(), id))
+                    .collect::<Result<Vec<_>>>()?,
+                None => files,
             };
             files_written.add(files.len());
             bytes_written.add(files.iter().map(|f| f.file_size_in_bytes() as usize).sum());

@@ -10,7 +10,10 @@
 //!   COMMENT '...'`;
 //! - the partition spec: `ADD PARTITION FIELD transform [AS name]`,
 //!   `DROP PARTITION FIELD name-or-transform`,
-//!   `REPLACE PARTITION FIELD name-or-transform WITH transform [AS name]`.
+//!   `REPLACE PARTITION FIELD name-or-transform WITH transform [AS name]`;
+//! - the write order: `WRITE [LOCALLY] ORDERED BY c [ASC|DESC] [NULLS
+//!   FIRST|LAST], ...`, `WRITE UNORDERED`, `WRITE DISTRIBUTED BY PARTITION
+//!   [LOCALLY ORDERED BY ...]`.
 //!
 //! Any other `ALTER TABLE` is refused by name. What a change means for the
 //! table (does the column exist, is the promotion allowed) is checked
@@ -74,6 +77,31 @@ pub enum TableChange {
         to: PartitionItem,
         name: Option<String>,
     },
+    /// `WRITE ... ORDERED BY` / `WRITE UNORDERED` / `WRITE DISTRIBUTED BY
+    /// PARTITION`: the table's sort order is replaced (unsorted when empty)
+    /// and `write.distribution-mode` set, as Spark does.
+    WriteOrder(WriteOrder),
+}
+
+/// A table's write order as `ALTER TABLE ... WRITE` gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteOrder {
+    /// The sort order's terms, in order; empty: unsorted.
+    pub order: Vec<SortItem>,
+    /// `write.distribution-mode`: `range` (`ORDERED BY`), `none`
+    /// (`LOCALLY ORDERED BY`, `UNORDERED`) or `hash` (`DISTRIBUTED BY
+    /// PARTITION`).
+    pub distribution: &'static str,
+}
+
+/// One term of a sort order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SortItem {
+    pub term: PartitionItem,
+    pub descending: bool,
+    /// Nulls first: Iceberg's default is first for ascending, last for
+    /// descending.
+    pub nulls_first: bool,
 }
 
 /// A column `ADD COLUMN` adds (always optional: Iceberg cannot add a
@@ -177,6 +205,8 @@ pub fn parse_alter_table(sql: &str) -> Result<Option<AlterTable>> {
         let to = at.transform()?;
         let name = at.alias()?;
         TableChange::ReplacePartitionField { from, to, name }
+    } else if at.word("WRITE") {
+        TableChange::WriteOrder(at.write_order()?)
     } else if at.keyword(Keyword::ALTER) {
         at.keyword(Keyword::COLUMN);
         let column = at.column_name()?;
@@ -262,7 +292,8 @@ impl Cursor {
         self.next = clause;
         unsupported(format!(
             "ALTER TABLE {table} {}: supported are SET / UNSET TBLPROPERTIES, RENAME TO, \
-             ADD / DROP / RENAME / ALTER COLUMN and ADD / DROP / REPLACE PARTITION FIELD",
+             ADD / DROP / RENAME / ALTER COLUMN, ADD / DROP / REPLACE PARTITION FIELD and \
+             WRITE [LOCALLY] ORDERED BY / UNORDERED / DISTRIBUTED BY PARTITION",
             self.rest()
         ))
     }
@@ -441,6 +472,73 @@ impl Cursor {
         })?;
         self.resume(&parser);
         partition_item(&expr)
+    }
+
+    /// What follows `WRITE`.
+    fn write_order(&mut self) -> Result<WriteOrder> {
+        if self.word("UNORDERED") {
+            return Ok(WriteOrder {
+                order: vec![],
+                distribution: "none",
+            });
+        }
+        let distributed = self.word("DISTRIBUTED");
+        if distributed {
+            self.expect_keyword(Keyword::BY, "WRITE DISTRIBUTED")?;
+            self.expect_keyword(Keyword::PARTITION, "WRITE DISTRIBUTED BY")?;
+            if self.next == self.tokens.len() {
+                return Ok(WriteOrder {
+                    order: vec![],
+                    distribution: "hash",
+                });
+            }
+        }
+        let locally = self.word("LOCALLY");
+        if distributed && !locally {
+            return Err(invalid_input(format!(
+                "ALTER TABLE: expected LOCALLY ORDERED BY after WRITE DISTRIBUTED BY PARTITION, \
+                 found '{}'",
+                self.rest()
+            )));
+        }
+        if !self.word("ORDERED") {
+            return Err(invalid_input(format!(
+                "ALTER TABLE: expected [LOCALLY] ORDERED BY, UNORDERED or DISTRIBUTED BY \
+                 PARTITION after WRITE, found '{}'",
+                self.rest()
+            )));
+        }
+        self.expect_keyword(Keyword::BY, "ORDERED")?;
+        let mut order = vec![];
+        loop {
+            let mut parser = self.parser();
+            let item = parser.parse_order_by_expr().map_err(|e| {
+                invalid_input(format!(
+                    "ALTER TABLE ... WRITE ORDERED BY: expected a column or transform with \
+                     [ASC | DESC] [NULLS FIRST | LAST]: {e}"
+                ))
+            })?;
+            self.resume(&parser);
+            let descending = item.options.asc == Some(false);
+            order.push(SortItem {
+                term: partition_item(&item.expr)?,
+                descending,
+                nulls_first: item.options.nulls_first.unwrap_or(!descending),
+            });
+            if self.peek() != Some(&Token::Comma) {
+                break;
+            }
+            self.next += 1;
+        }
+        let distribution = match (distributed, locally) {
+            (true, _) => "hash",
+            (false, true) => "none",
+            (false, false) => "range",
+        };
+        Ok(WriteOrder {
+            order,
+            distribution,
+        })
     }
 
     /// A partition field's name or a transform.
@@ -640,6 +738,67 @@ mod tests {
 
     fn change(sql: &str) -> TableChange {
         parse(sql).unwrap().unwrap().change
+    }
+
+    #[test]
+    fn write_orders() {
+        use crate::ddl::PartitionTransform::{Bucket, Identity};
+        let item = |column: &str, transform, descending, nulls_first| SortItem {
+            term: PartitionItem {
+                column: column.into(),
+                transform,
+            },
+            descending,
+            nulls_first,
+        };
+        assert_eq!(
+            change("ALTER TABLE db.t WRITE ORDERED BY a, B DESC, c ASC NULLS LAST, bucket(4, d) DESC NULLS FIRST"),
+            TableChange::WriteOrder(WriteOrder {
+                order: vec![
+                    item("a", Identity, false, true),
+                    item("b", Identity, true, false),
+                    item("c", Identity, false, false),
+                    item("d", Bucket(4), true, true),
+                ],
+                distribution: "range",
+            })
+        );
+        let locally = change("ALTER TABLE t WRITE LOCALLY ORDERED BY a");
+        assert_eq!(
+            locally,
+            TableChange::WriteOrder(WriteOrder {
+                order: vec![item("a", Identity, false, true)],
+                distribution: "none",
+            })
+        );
+        let hashed =
+            change("ALTER TABLE t WRITE DISTRIBUTED BY PARTITION LOCALLY ORDERED BY a DESC");
+        assert_eq!(
+            hashed,
+            TableChange::WriteOrder(WriteOrder {
+                order: vec![item("a", Identity, true, false)],
+                distribution: "hash",
+            })
+        );
+        for (sql, distribution) in [
+            ("ALTER TABLE t WRITE UNORDERED", "none"),
+            ("ALTER TABLE t WRITE DISTRIBUTED BY PARTITION", "hash"),
+        ] {
+            assert_eq!(
+                change(sql),
+                TableChange::WriteOrder(WriteOrder {
+                    order: vec![],
+                    distribution
+                })
+            );
+        }
+        for bad in [
+            "ALTER TABLE t WRITE SORTED BY a",
+            "ALTER TABLE t WRITE DISTRIBUTED BY PARTITION ORDERED BY a",
+            "ALTER TABLE t WRITE ORDERED BY a b",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

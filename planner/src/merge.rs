@@ -85,6 +85,11 @@ pub struct RowLevelStatement {
     pub kind: RowLevelKind,
     pub merge: Merge,
     pub target_filter: Option<Expr>,
+    /// `MERGE WITH SCHEMA EVOLUTION INTO`: source columns the target lacks
+    /// are added to it (and target columns widened to the source's type
+    /// where Iceberg allows it) in the merge's own commit, so that
+    /// `UPDATE SET *` and `INSERT *` carry them.
+    pub schema_evolution: bool,
 }
 
 /// A MERGE statement, bound far enough to plan it.
@@ -261,11 +266,55 @@ pub fn parse_row_level(sql: &str) -> Result<Option<RowLevelStatement>> {
     if let Some(statement) = crate::update_delete::parse_update_or_delete(sql)? {
         return Ok(Some(statement));
     }
-    Ok(parse_merge(sql)?.map(|merge| RowLevelStatement {
+    let (schema_evolution, sql) = strip_schema_evolution(sql)?;
+    Ok(parse_merge(&sql)?.map(|merge| RowLevelStatement {
         kind: RowLevelKind::Merge,
         merge,
         target_filter: None,
+        schema_evolution,
     }))
+}
+
+/// `MERGE WITH SCHEMA EVOLUTION INTO ...` (Spark's syntax) → whether the
+/// clause was there, and the statement without it.
+fn strip_schema_evolution(sql: &str) -> Result<(bool, String)> {
+    let tokens = Tokenizer::new(&GenericDialect {}, sql)
+        .tokenize()
+        .map_err(|e| invalid_input(format!("SQL syntax error: {e}")))?;
+    let significant: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .take(5)
+        .collect();
+    let words = ["MERGE", "WITH", "SCHEMA", "EVOLUTION", "INTO"];
+    let matches = significant.len() == words.len()
+        && significant.iter().zip(words).all(
+            |(&i, w)| matches!(&tokens[i], Token::Word(word) if word.quote_style.is_none() && word.value.eq_ignore_ascii_case(w)),
+        );
+    if !matches {
+        return Ok((false, sql.to_string()));
+    }
+    let (from, to) = (significant[1], significant[4]);
+    let kept: String = tokens
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i < from || *i >= to)
+        .map(|(_, t)| t.to_string())
+        .collect();
+    Ok((true, kept))
+}
+
+/// Whether some clause of `merge` is `UPDATE SET *` or `INSERT *` (the
+/// clauses that carry every column, and so the columns schema evolution
+/// adds).
+pub fn carries_every_column(merge: &Merge) -> bool {
+    merge.clauses.iter().any(|clause| match &clause.action {
+        MergeAction::Update(update) => update.assignments.iter().any(|a| {
+            matches!(&a.target, AssignmentTarget::ColumnName(name)
+                if name_parts(name).last().is_some_and(|c| c == STAR_MARK))
+        }),
+        MergeAction::Insert(insert) => matches!(insert.kind, MergeInsertKind::Row),
+        MergeAction::Delete { .. } => false,
+    })
 }
 
 /// Parses a `MERGE` statement (accepting `UPDATE SET *` and `INSERT *`).
@@ -353,6 +402,7 @@ pub fn bind_merge(statement: RowLevelStatement) -> Result<BoundMerge> {
         kind,
         merge,
         target_filter,
+        schema_evolution: _,
     } = statement;
     let (target, target_alias) = match &merge.table {
         TableFactor::Table {
@@ -430,7 +480,7 @@ pub fn bind_merge(statement: RowLevelStatement) -> Result<BoundMerge> {
 }
 
 /// The source relation's name in the statement and its SQL.
-pub(crate) fn source_sql(merge: &Merge) -> Result<(String, String)> {
+pub fn source_sql(merge: &Merge) -> Result<(String, String)> {
     let source = &merge.source;
     let alias = match source {
         TableFactor::Table { name, alias, args, .. } => match (alias, args) {
@@ -918,6 +968,35 @@ mod tests {
         );
         assert_eq!(m.join_type, "FULL");
         assert_eq!(m.clauses.len(), 3);
+    }
+
+    #[test]
+    fn with_schema_evolution_is_read_and_stripped() {
+        let sql = "merge with Schema EVOLUTION into db.t USING s ON t.id = s.id \
+                   WHEN MATCHED THEN UPDATE SET * WHEN NOT MATCHED THEN INSERT *";
+        let statement = parse_row_level(sql).unwrap().expect("a MERGE");
+        assert!(statement.schema_evolution);
+        assert!(carries_every_column(&statement.merge));
+        assert_eq!(bound(sql).target, vec!["db", "t"]);
+        let plain = parse_row_level("MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE")
+            .unwrap()
+            .unwrap();
+        assert!(!plain.schema_evolution);
+        assert!(!carries_every_column(&plain.merge));
+        let named = parse_row_level(
+            "MERGE WITH SCHEMA EVOLUTION INTO t USING s ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
+        )
+        .unwrap()
+        .unwrap();
+        assert!(named.schema_evolution && !carries_every_column(&named.merge));
+        // Only right after MERGE: a table named "with" is not the clause.
+        let err = parse_row_level(
+            "MERGE WITH SCHEMA INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("syntax error"), "{err}");
     }
 
     #[test]

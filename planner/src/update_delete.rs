@@ -62,6 +62,7 @@ pub fn parse_update_or_delete(sql: &str) -> Result<Option<RowLevelStatement>> {
         kind,
         merge,
         target_filter: selection,
+        schema_evolution: false,
     }))
 }
 

@@ -7,7 +7,8 @@ reads a table back as JSON rows or creates and appends to a table for
 icemerge to read.
 
   read   --warehouse W --table ns.t            prints {"rows": [...], "snapshots": N,
-                                                "format_version": V}
+                                                "format_version": V, "sort_order":
+                                                [{"column", "direction", "null_order"}]}
   create --warehouse W --table ns.t            creates ns.t (id long, name string,
                                                 amount decimal(10,2), day date) and
                                                 appends two batches
@@ -45,8 +46,15 @@ def read(args):
     table = catalog(args.warehouse, args.catalog_name).load_table(args.table)
     rows = table.scan().to_arrow().to_pylist()
     rows = [{k: jsonable(v) for k, v in r.items()} for r in rows]
+    schema = table.schema()
+    sort_order = [
+        {"column": schema.find_column_name(f.source_id),
+         "direction": str(f.direction.value), "null_order": str(f.null_order.value)}
+        for f in table.sort_order().fields
+    ]
     print(json.dumps({"rows": rows, "snapshots": len(table.metadata.snapshots),
-                      "format_version": table.metadata.format_version}, sort_keys=True))
+                      "format_version": table.metadata.format_version,
+                      "sort_order": sort_order}, sort_keys=True))
 
 
 def create(args):

@@ -156,3 +156,48 @@ async fn peers_read_an_evolved_table_and_icemerge_merges_into_one_spark_evolved(
         "Spark reads icemerge's merge into the table it evolved"
     );
 }
+
+/// A MERGE WITH SCHEMA EVOLUTION adds a column and widens another, and the
+/// table's write order is set: PyIceberg and DuckDB read the new column's
+/// values and the widened ones, and PyIceberg sees the sort order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn peers_read_a_table_a_merge_evolved_and_its_write_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path();
+    let session = open_session(wh, EngineKind::Local).await;
+    session
+        .execute(
+            "CREATE SCHEMA db;
+             CREATE TABLE db.t (id BIGINT NOT NULL, v INT);
+             INSERT INTO db.t VALUES (1, 1), (2, 2);
+             ALTER TABLE db.t WRITE ORDERED BY v DESC NULLS LAST;
+             MERGE WITH SCHEMA EVOLUTION INTO db.t
+               USING (VALUES (2, 5000000000, 'two'), (3, 3, 'three')) AS s(id, v, note)
+               ON t.id = s.id
+               WHEN MATCHED THEN UPDATE SET *
+               WHEN NOT MATCHED THEN INSERT *;",
+        )
+        .await
+        .unwrap();
+    let expected = vec![
+        json!({"id": 1, "v": 1, "note": null}),
+        json!({"id": 2, "v": 5_000_000_000i64, "note": "two"}),
+        json!({"id": 3, "v": 3, "note": "three"}),
+    ];
+    let path = wh.to_str().unwrap();
+    let py = run_python(
+        "pyiceberg_interop.py",
+        &["read", "--warehouse", path, "--table", "db.t"],
+    );
+    assert_eq!(sorted_rows(&py), expected, "PyIceberg");
+    assert_eq!(
+        py["sort_order"],
+        json!([{"column": "v", "direction": "desc", "null_order": "nulls-last"}]),
+        "PyIceberg: the sort order"
+    );
+    let duck = run_python(
+        "merge_interop.py",
+        &["duckdb", "--warehouse", path, "--table", "db.t"],
+    );
+    assert_eq!(sorted_rows(&duck), expected, "DuckDB");
+}

@@ -142,6 +142,7 @@ fn data_file_fields() -> Vec<Field> {
         Field::new("null_value_counts", counts, true),
         Field::new("lower_bounds", bounds.clone(), true),
         Field::new("upper_bounds", bounds, true),
+        Field::new("sort_order_id", DataType::Int32, true),
     ]
 }
 
@@ -248,6 +249,7 @@ fn data_file_columns(rows: &[FileRow]) -> Result<Vec<ArrayRef>> {
     let mut null_value_counts = MapBuilder::new(None, Int32Builder::new(), Int64Builder::new());
     let mut lower_bounds = MapBuilder::new(None, Int32Builder::new(), StringBuilder::new());
     let mut upper_bounds = MapBuilder::new(None, Int32Builder::new(), StringBuilder::new());
+    let mut sort_order_id = Int32Builder::with_capacity(n);
 
     for row in rows {
         let data_file = row.entry.data_file();
@@ -263,6 +265,7 @@ fn data_file_columns(rows: &[FileRow]) -> Result<Vec<ArrayRef>> {
         append_count_map(&mut null_value_counts, data_file.null_value_counts())?;
         append_bound_map(&mut lower_bounds, data_file.lower_bounds())?;
         append_bound_map(&mut upper_bounds, data_file.upper_bounds())?;
+        sort_order_id.append_option(data_file.sort_order_id());
     }
 
     Ok(vec![
@@ -278,6 +281,7 @@ fn data_file_columns(rows: &[FileRow]) -> Result<Vec<ArrayRef>> {
         Arc::new(null_value_counts.finish()),
         Arc::new(lower_bounds.finish()),
         Arc::new(upper_bounds.finish()),
+        Arc::new(sort_order_id.finish()),
     ])
 }
 

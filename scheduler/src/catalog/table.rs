@@ -25,6 +25,7 @@ use iceberg::table::Table;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
 use icemerge_executor::write_exec::IcebergWriteExec;
+use icemerge_executor::write_order::sort_for_write;
 
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
@@ -313,6 +314,8 @@ impl TableProvider for IcebergTableProvider {
                 "{insert_op} into an Iceberg table is not supported; use MERGE"
             )));
         }
+        // Each writer task sorts its rows by the table's write order.
+        let input = sort_for_write(self.table.metadata(), input);
         Ok(Arc::new(IcebergWriteExec::new(
             self.name.clone(),
             self.table.metadata_ref(),

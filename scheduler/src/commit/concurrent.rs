@@ -52,7 +52,7 @@ pub(crate) async fn validate_since(
         .map(|(id, kind)| conflict(Some(id), kind)))
 }
 
-fn table_name(table: &Table) -> String {
+pub(super) fn table_name(table: &Table) -> String {
     let ident = table.identifier();
     format!("{}.{}", ident.namespace().to_url_string(), ident.name())
 }

@@ -49,6 +49,9 @@ pub struct CommitContext {
     /// Data files the statement adds position deletes for (merge-on-read);
     /// empty for copy-on-write, which removes the files it changes.
     pub deletes_added_for: HashSet<String>,
+    /// The statement commits a schema of its own (MERGE WITH SCHEMA
+    /// EVOLUTION, `evolved_schema.rs`): the id of the schema it evolved.
+    pub schema_evolved_from: Option<i32>,
 }
 
 impl CommitContext {
@@ -63,6 +66,7 @@ impl CommitContext {
             isolation,
             conflict_filter,
             deletes_added_for: HashSet::new(),
+            schema_evolved_from: None,
         }
     }
 }

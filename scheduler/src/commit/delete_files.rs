@@ -9,9 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 
 use datafusion::error::Result;
-use iceberg::spec::{DataContentType, DataFile, DataFileBuilder, Manifest, Struct};
+use iceberg::spec::{DataContentType, DataFile, Manifest, Struct};
 use iceberg::TableIdent;
 
+use icemerge_executor::write_order::data_file_builder;
 use icemerge_proto::error::{conflict, internal, invalid_input};
 
 /// Gives each position delete file of `deletes` the partition of the data
@@ -70,32 +71,9 @@ pub(crate) fn place_delete_files<'a>(
 
 /// `file` with `partition` in spec `spec_id`.
 fn in_partition(file: &DataFile, partition: Struct, spec_id: i32) -> Result<DataFile> {
-    let mut builder = DataFileBuilder::default();
-    builder
-        .content(file.content_type())
-        .file_path(file.file_path().to_string())
-        .file_format(file.file_format())
+    data_file_builder(file)
         .partition(partition)
         .partition_spec_id(spec_id)
-        .record_count(file.record_count())
-        .file_size_in_bytes(file.file_size_in_bytes())
-        .column_sizes(file.column_sizes().clone())
-        .value_counts(file.value_counts().clone())
-        .null_value_counts(file.null_value_counts().clone())
-        .nan_value_counts(file.nan_value_counts().clone())
-        .lower_bounds(file.lower_bounds().clone())
-        .upper_bounds(file.upper_bounds().clone())
-        .key_metadata(file.key_metadata().map(<[u8]>::to_vec))
-        .split_offsets(file.split_offsets().map(<[i64]>::to_vec))
-        .equality_ids(file.equality_ids())
-        .first_row_id(file.first_row_id())
-        .referenced_data_file(file.referenced_data_file())
-        .content_offset(file.content_offset())
-        .content_size_in_bytes(file.content_size_in_bytes());
-    if let Some(id) = file.sort_order_id() {
-        builder.sort_order_id(id);
-    }
-    builder
         .build()
         .map_err(|e| internal(format!("delete file '{}': {e}", file.file_path())))
 }

@@ -34,7 +34,8 @@
 //! copy-on-write; `insert_overwrite.rs` picks INSERT OVERWRITE's replaced
 //! files and commits through it) and `row_delta.rs` (MERGE, merge-on-read: data and
 //! position delete files added, nothing removed). Metadata-only changes (ALTER of the schema, spec or
-//! sort order; expiry, rollback) commit through `metadata_change.rs`. How
+//! sort order; expiry, rollback) commit through `metadata_change.rs`; a merge that adds
+//! columns carries its schema in its own snapshot's metadata (`evolved_schema.rs`). How
 //! replace actions plug in is described in `producer.rs`.
 
 mod append;
@@ -43,6 +44,7 @@ mod concurrent;
 mod context;
 mod dangling_deletes;
 mod delete_files;
+mod evolved_schema;
 mod insert_overwrite;
 mod isolation;
 mod manifest_list;
@@ -64,6 +66,7 @@ pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
 pub use context::{CommitContext, ConflictFilter};
+pub use evolved_schema::with_current_schema;
 pub use insert_overwrite::commit_insert_overwrite;
 pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,

@@ -27,12 +27,13 @@ use iceberg::table::Table;
 
 use icemerge_executor::iceberg_err;
 
-use super::concurrent::validate_since;
+use super::concurrent::{table_name, validate_since};
 use super::context::CommitContext;
+use super::evolved_schema::carry_schema;
 use super::plan::ManifestPolicy;
 use super::producer::{produce, CatalogRow, Outcome, SnapshotChanges};
 use super::retry::Retries;
-use super::validation::Conflict;
+use super::validation::{Conflict, ConflictKind};
 use crate::catalog::OpenCatalog;
 use icemerge_proto::error::conflict;
 
@@ -130,7 +131,20 @@ pub(super) async fn commit_with_retries(
             return Ok(CommitOutcome::Conflict(found));
         }
         context.base_snapshot_id = head.metadata().current_snapshot_id();
-        table = head;
+        table = match context.schema_evolved_from {
+            None => head,
+            Some(from) => match carry_schema(&table, head.clone(), from)? {
+                Some(evolved) => evolved,
+                None => {
+                    return Ok(CommitOutcome::Conflict(Conflict {
+                        table: table_name(&table),
+                        snapshot_id: head.metadata().current_snapshot_id(),
+                        isolation: context.isolation,
+                        kind: ConflictKind::SchemaChanged,
+                    }))
+                }
+            },
+        };
     }
 }
 

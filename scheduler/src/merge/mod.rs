@@ -62,8 +62,8 @@ use dynamic_pruning::{
     ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
-use metadata_delete::{exact_delete_predicate, metadata_only_delete};
 pub use metadata_delete::MetadataDelete;
+use metadata_delete::{exact_delete_predicate, metadata_only_delete};
 
 pub use outcome::{
     collect_fragments, commit_merge, discard_failed, discard_uncommitted, MergeOutcome,
@@ -91,6 +91,10 @@ pub struct PlannedMerge {
     /// A DELETE that drops whole files without running a job
     /// (`metadata_delete.rs`); None for every other statement.
     pub metadata_delete: Option<MetadataDelete>,
+    /// MERGE WITH SCHEMA EVOLUTION that added columns: `base` carries the
+    /// evolved schema as current, and this is the id of the schema it
+    /// evolved (the commit writes the new one, `commit::with_current_schema`).
+    pub schema_evolved_from: Option<i32>,
 }
 
 /// Plans `statement` (a MERGE, or an UPDATE or DELETE bound as one)
@@ -216,6 +220,7 @@ pub async fn plan_merge(
         deterministic_source,
         isolation,
         metadata_delete,
+        schema_evolved_from: None,
     })
 }
 

@@ -116,11 +116,12 @@ pub async fn commit_merge(
     for (k, v) in &outcome.stats {
         summary.insert(format!("icemerge.{k}"), v.to_string());
     }
-    let context = CommitContext::copy_on_write(
+    let mut context = CommitContext::copy_on_write(
         planned.base.metadata().current_snapshot_id(),
         planned.isolation,
         planned.conflict_filter.clone(),
     );
+    context.schema_evolved_from = planned.schema_evolved_from;
     if !outcome.added_deletes.is_empty() {
         if !outcome.removed.is_empty() {
             return Err(internal("MERGE: a merge-on-read writer removed data files"));

@@ -6,15 +6,18 @@
 //! Column changes build the new schema in `alter_schema.rs`, partition
 //! field changes the new spec in `alter_partition.rs`; both commit through
 //! `commit::commit_metadata_change`, which re-checks them on the table's
-//! latest metadata when another writer committed first. `RENAME TO` is the
+//! latest metadata when another writer committed first; so does `WRITE
+//! ORDERED BY` (the sort order in `alter_sort_order.rs`). `RENAME TO` is the
 //! catalog's rename.
+
+use std::collections::HashMap;
 
 use datafusion::error::Result;
 use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use icemerge_executor::iceberg_err;
-use icemerge_planner::alter_table::{AlterTable, TableChange};
+use icemerge_planner::alter_table::{AlterTable, TableChange, WriteOrder};
 use icemerge_planner::merge::ident_value;
 use icemerge_planner::write_mode::validate_modes;
 
@@ -22,6 +25,7 @@ use crate::commit::{check_isolation_properties, commit_metadata_change};
 
 use super::alter_partition::evolve_spec;
 use super::alter_schema::evolve_schema;
+use super::alter_sort_order::{sort_order, DISTRIBUTION_MODE};
 
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{already_exists, invalid_input, not_found, unsupported};
@@ -51,6 +55,7 @@ impl Session {
             | TableChange::ReplacePartitionField { .. } => {
                 return self.alter_partition_spec(&ident, &alter.change).await
             }
+            TableChange::WriteOrder(write) => return self.alter_write_order(&ident, write).await,
         }
         let table = catalog.load_table(&ident).await.map_err(iceberg_err)?;
         let version = table.metadata().format_version();
@@ -141,6 +146,31 @@ impl Session {
             builder
                 .add_partition_spec(spec)
                 .and_then(|b| b.set_default_partition_spec(-1))
+                .map_err(|e| invalid_input(format!("ALTER TABLE {name}: {}", e.message())))
+        })
+        .await?;
+        Ok(StatementOutput::done(format!("ALTER TABLE {ident}")))
+    }
+
+    /// `WRITE ... ORDERED BY` and its siblings: the new sort order becomes
+    /// the table's default and `write.distribution-mode` is set, in one
+    /// metadata commit.
+    async fn alter_write_order(
+        &self,
+        ident: &iceberg::TableIdent,
+        write: &WriteOrder,
+    ) -> Result<StatementOutput> {
+        let name = ident.to_string();
+        commit_metadata_change(&self.catalog, ident, |table, builder| {
+            let order = sort_order(&name, table.metadata(), write)?;
+            let mode = HashMap::from([(
+                DISTRIBUTION_MODE.to_string(),
+                write.distribution.to_string(),
+            )]);
+            builder
+                .add_sort_order(order)
+                .and_then(|b| b.set_default_sort_order(-1))
+                .and_then(|b| b.set_properties(mode))
                 .map_err(|e| invalid_input(format!("ALTER TABLE {name}: {}", e.message())))
         })
         .await?;

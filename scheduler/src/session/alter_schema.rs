@@ -190,8 +190,20 @@ fn check_droppable(table: &str, metadata: &TableMetadata, field: &NestedField) -
 
 /// Iceberg's allowed type promotions.
 fn check_promotion(table: &str, column: &str, from: &Type, to: &Type) -> Result<()> {
+    if is_promotion(from, to) {
+        return Ok(());
+    }
+    Err(invalid_input(format!(
+        "ALTER TABLE {table} ALTER COLUMN {column}: cannot change the type from {from} to {to}; \
+         Iceberg allows int to bigint, float to double and widening a decimal's precision at \
+         the same scale"
+    )))
+}
+
+/// Whether `from` may become `to` by one of Iceberg's type promotions.
+pub(super) fn is_promotion(from: &Type, to: &Type) -> bool {
     use PrimitiveType::{Decimal, Double, Float, Int, Long};
-    let allowed = match (from, to) {
+    match (from, to) {
         (Type::Primitive(from), Type::Primitive(to)) => match (from, to) {
             (Int, Long) | (Float, Double) => true,
             (
@@ -207,15 +219,7 @@ fn check_promotion(table: &str, column: &str, from: &Type, to: &Type) -> Result<
             _ => false,
         },
         _ => false,
-    };
-    if allowed {
-        return Ok(());
     }
-    Err(invalid_input(format!(
-        "ALTER TABLE {table} ALTER COLUMN {column}: cannot change the type from {from} to {to}; \
-         Iceberg allows int to bigint, float to double and widening a decimal's precision at \
-         the same scale"
-    )))
 }
 
 #[cfg(test)]

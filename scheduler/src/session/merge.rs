@@ -25,10 +25,10 @@ use crate::merge::{
 };
 
 use super::commit_pause::pause_before_commit;
+use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::metadata_delete::{
     check_metadata_delete_format, explain_metadata_delete, MetadataDeleteRun,
 };
-use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::options::IcemergeOptions;
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{conflict, invalid_input, not_found};
@@ -69,7 +69,10 @@ impl Session {
                         check_metadata_delete_format(mode.format)?;
                     }
                     let planned_at = now_nanos();
-                    (self.commit_metadata_delete(&planned, dropped).await, planned_at)
+                    (
+                        self.commit_metadata_delete(&planned, dropped).await,
+                        planned_at,
+                    )
                 }
                 None => {
                     // Cutting the plan into stages is planning: the run starts after.
@@ -169,7 +172,8 @@ impl Session {
         Ok(target)
     }
 
-    /// Plans `merge` on the target's current snapshot.
+    /// Plans `merge` on the target's current snapshot (with its schema
+    /// evolved first for MERGE WITH SCHEMA EVOLUTION).
     async fn plan_merge_on(
         &self,
         target: &TableIdent,
@@ -182,8 +186,9 @@ impl Session {
             .await
             .map_err(iceberg_err)?;
         let name = format!("{}.{}", target.namespace().to_url_string(), target.name());
+        let (base, schema_evolved_from) = self.evolve_merge_target(base, &merge, &name).await?;
         let writers = self.ctx.copied_config().target_partitions();
-        plan_merge(
+        let mut planned = plan_merge(
             &self.ctx,
             merge,
             base,
@@ -191,7 +196,9 @@ impl Session {
             self.catalog.file_io_props.clone(),
             writers,
         )
-        .await
+        .await?;
+        planned.schema_evolved_from = schema_evolved_from;
+        Ok(planned)
     }
 
     /// Runs a planned merge's job and commits what it wrote.

@@ -18,12 +18,14 @@
 mod alter;
 mod alter_partition;
 mod alter_schema;
+mod alter_sort_order;
 mod commit_pause;
 mod ddl;
 mod explain_analyze;
 mod explain_plan;
 mod insert;
 mod merge;
+mod merge_schema_evolution;
 mod metadata_delete;
 mod metrics;
 mod names;

@@ -3,7 +3,8 @@
 //! written as new data files by the table's own writer on the engine (the
 //! local one or the cluster). The rows are spread over as many writers as
 //! the input's bytes fill files of the target size, so the new files come
-//! out near that size. Nothing is committed here; on failure the files
+//! out near that size, each sorted by the table's write order when it has
+//! one. Nothing is committed here; on failure the files
 //! written are deleted. `icemerge.test_pause_before_commit` pauses it after
 //! the write, as it pauses a MERGE.
 
@@ -12,11 +13,13 @@ use std::sync::Arc;
 use datafusion::error::Result;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::spec::{DataFile, TableMetadata};
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::write_exec::IcebergWriteExec;
+use icemerge_executor::write_order::sort_for_write;
 use icemerge_proto::error::internal;
 
 use crate::catalog::OpenCatalog;
@@ -84,7 +87,12 @@ impl Session {
             .map_err(iceberg_err)?
             .write_target_file_size_bytes as u64;
         let writers = input_bytes.div_ceil(target.max(1)).max(1) as usize;
-        let input = writer.input.clone();
+        // The table's write order is applied after the rows are spread
+        // over the writers (a sort below the spread would be lost).
+        let input = match writer.input.as_any().downcast_ref::<SortExec>() {
+            Some(sort) => sort.input().clone(),
+            None => writer.input.clone(),
+        };
         let input: Arc<dyn ExecutionPlan> = if writers == 1 {
             Arc::new(CoalescePartitionsExec::new(input))
         } else {
@@ -93,6 +101,7 @@ impl Session {
                 Partitioning::RoundRobinBatch(writers),
             )?)
         };
+        let input = sort_for_write(&metadata, input);
         let plan = Arc::new(IcebergWriteExec::new(
             writer.table.clone(),
             metadata.clone(),

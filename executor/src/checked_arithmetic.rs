@@ -9,7 +9,9 @@
 //! kernels on. It is an expression of its own (not the flag alone) because
 //! DataFusion's plan serialization drops the flag: ours travels through
 //! `IcemergePhysicalCodec` to the executors intact. An overflow is an error
-//! naming the expression.
+//! naming the expression. Arithmetic on constants alone, which the logical
+//! optimizer folds before any physical plan exists, is checked by the
+//! analyzer rule of `checked_constants.rs`.
 
 use std::any::Any;
 use std::fmt;
@@ -202,7 +204,7 @@ impl PhysicalOptimizerRule for CheckedArithmetic {
 }
 
 /// `expr` with its integer and decimal `+`, `-`, `*` checked.
-fn checked(
+pub(crate) fn checked(
     expr: Arc<dyn PhysicalExpr>,
     schema: &Schema,
 ) -> Result<Transformed<Arc<dyn PhysicalExpr>>> {

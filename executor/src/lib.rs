@@ -3,6 +3,9 @@
 //!
 //! - `scan_exec`: `IcebergScanExec`, also MERGE's target scan with row ids;
 //! - `write_exec`: `IcebergWriteExec` (INSERT) and the table file writer;
+//! - `write_order`: the table's write order, applied and recorded by writers;
+//! - `checked_arithmetic`, `checked_constants`: `+`, `-`, `*` that fail on
+//!   overflow (a physical rule; an analyzer rule for constants);
 //! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D);
 //! - `merge_on_read`: `MergeOnReadWriterExec`, MERGE's writer in
 //!   merge-on-read mode (position delete files, new data files);
@@ -17,6 +20,7 @@
 //! - `process`: the executor process.
 
 pub mod checked_arithmetic;
+pub mod checked_constants;
 pub mod cleanup;
 pub mod codec;
 pub mod deletes;

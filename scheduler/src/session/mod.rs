@@ -51,6 +51,7 @@ use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use iceberg::Catalog;
 use icemerge_executor::checked_arithmetic::CheckedArithmetic;
+use icemerge_executor::checked_constants::{without_rule_context, CheckedConstants};
 use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_planner::alter_table::parse_alter_table;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
@@ -173,6 +174,7 @@ impl Session {
             .with_config(config.clone())
             .with_runtime_env(runtime)
             .with_default_features()
+            .with_analyzer_rule(Arc::new(CheckedConstants))
             .with_physical_optimizer_rule(Arc::new(CheckedArithmetic))
             .build();
         let ctx = SessionContext::new_with_state(state);
@@ -302,7 +304,7 @@ impl Session {
         match outcome {
             Ok(out) => Ok(out),
             Err(e) => {
-                let e = over_budget(e, &self.budget);
+                let e = over_budget(without_rule_context(e), &self.budget);
                 Err(self.missing_namespace(sql).await.unwrap_or(e))
             }
         }

@@ -25,6 +25,7 @@ use icemerge_proto::{
 use prost::Message;
 
 use crate::checked_arithmetic::CheckedArithmeticExpr;
+use crate::checked_sum::{CheckedSum, CHECKED_SUM_MARK};
 use crate::merge_on_read::MergeOnReadWriterExec;
 use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
@@ -296,10 +297,17 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
     }
 
     fn try_decode_udaf(&self, name: &str, buf: &[u8]) -> Result<Arc<AggregateUDF>> {
+        if buf == CHECKED_SUM_MARK {
+            return Ok(CheckedSum::udaf());
+        }
         self.fallback.try_decode_udaf(name, buf)
     }
 
     fn try_encode_udaf(&self, node: &AggregateUDF, buf: &mut Vec<u8>) -> Result<()> {
+        if node.inner().as_any().is::<CheckedSum>() {
+            buf.extend_from_slice(CHECKED_SUM_MARK);
+            return Ok(());
+        }
         self.fallback.try_encode_udaf(node, buf)
     }
 

@@ -6,6 +6,7 @@
 //! - `write_order`: the table's write order, applied and recorded by writers;
 //! - `checked_arithmetic`, `checked_constants`: `+`, `-`, `*` that fail on
 //!   overflow (a physical rule; an analyzer rule for constants);
+//! - `checked_sum`: `sum` of BIGINT that fails on overflow;
 //! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D);
 //! - `merge_on_read`: `MergeOnReadWriterExec`, MERGE's writer in
 //!   merge-on-read mode (position delete files, new data files);
@@ -21,6 +22,7 @@
 
 pub mod checked_arithmetic;
 pub mod checked_constants;
+pub mod checked_sum;
 pub mod cleanup;
 pub mod codec;
 pub mod deletes;

@@ -62,8 +62,8 @@ use dynamic_pruning::{
     ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
-use metadata_delete::{exact_delete_predicate, metadata_only_delete};
 pub use metadata_delete::MetadataDelete;
+use metadata_delete::{exact_delete_predicate, metadata_only_delete};
 
 pub use outcome::{
     collect_fragments, commit_merge, discard_failed, discard_uncommitted, MergeOutcome,

@@ -118,7 +118,8 @@ pub(super) fn explain_metadata_delete(
             &serde_json::to_string_pretty(&document).unwrap_or_default(),
         ));
     }
-    let mut text = format!(
+    let mut text =
+        format!(
         "Metadata-only DELETE on {table}: {files} data file(s) holding {rows} row(s) {} whole; \
          their partition values and column statistics prove every row matches the WHERE. No \
          stage runs: no data file is read or written.\n",

@@ -25,10 +25,10 @@ use crate::merge::{
 };
 
 use super::commit_pause::pause_before_commit;
+use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::metadata_delete::{
     check_metadata_delete_format, explain_metadata_delete, MetadataDeleteRun,
 };
-use super::explain_analyze::{analyzed_merge, merge_line, render_explain, CommitRun};
 use super::options::IcemergeOptions;
 use super::{Session, StatementOutput};
 use icemerge_proto::error::{conflict, invalid_input, not_found};
@@ -69,7 +69,10 @@ impl Session {
                         check_metadata_delete_format(mode.format)?;
                     }
                     let planned_at = now_nanos();
-                    (self.commit_metadata_delete(&planned, dropped).await, planned_at)
+                    (
+                        self.commit_metadata_delete(&planned, dropped).await,
+                        planned_at,
+                    )
                 }
                 None => {
                     // Cutting the plan into stages is planning: the run starts after.
@@ -226,7 +229,7 @@ impl Session {
     }
 
     /// This session's `icemerge.*` settings.
-    pub(super) fn icemerge_options(&self) -> IcemergeOptions {
+    pub(crate) fn icemerge_options(&self) -> IcemergeOptions {
         self.ctx
             .copied_config()
             .options()

@@ -19,6 +19,7 @@ mod alter;
 mod alter_partition;
 mod alter_schema;
 mod commit_pause;
+pub(crate) use commit_pause::pause_before_commit;
 mod ddl;
 mod explain_analyze;
 mod explain_plan;

@@ -367,3 +367,54 @@ async fn an_insert_committed_during_the_rewrite_is_kept() {
         );
     }
 }
+
+/// Iceberg Java (Spark 3.5 + Iceberg 1.10) reads the rewritten manifests:
+/// the same rows, the position deletes still applied, two manifests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn spark_reads_the_rewritten_manifests() {
+    let Some(spark) = icemerge_tests::spark("spark_reads_the_rewritten_manifests") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), ENGINES[0]).await;
+    let mut script = String::from(
+        "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, p BIGINT, v STRING)
+         PARTITIONED BY (p) TBLPROPERTIES ('format-version' = '2', 'write.delete.mode' = 'merge-on-read');",
+    );
+    for i in 0..5 {
+        script.push_str(&format!(
+            "INSERT INTO db.t SELECT value, value % 3, 'v{i}' FROM generate_series({}, {});",
+            i * 6,
+            i * 6 + 5
+        ));
+    }
+    script.push_str("DELETE FROM db.t WHERE id IN (4, 13, 20);");
+    session.execute(&script).await.unwrap();
+    let expected = query(&session, "SELECT id, v FROM db.t ORDER BY id").await;
+    assert_eq!(expected.len(), 27);
+    let delete_files = query(
+        &session,
+        "SELECT count(*) FROM db.\"t$files\" WHERE content = 1",
+    )
+    .await;
+    let out = query(&session, "CALL system.rewrite_manifests('db.t')").await;
+    // Five data manifests become one; the one delete manifest is kept.
+    assert_eq!(out, vec![vec!["5", "1"]]);
+    assert_eq!(
+        query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
+        expected
+    );
+    drop(session);
+    let out = spark.run(
+        dir.path(),
+        "icemerge",
+        &[
+            "SELECT id, v FROM db.t ORDER BY id",
+            "SELECT count(*) FROM db.t.manifests",
+            "SELECT count(*) FROM db.t.delete_files",
+        ],
+    );
+    assert_eq!(out[0], expected, "Spark reads the same rows");
+    assert_eq!(out[1], vec![vec!["2"]], "one data and one delete manifest");
+    assert_eq!(out[2], delete_files, "the position delete files");
+}

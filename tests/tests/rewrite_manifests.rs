@@ -6,7 +6,9 @@
 //! rows read by icemerge and PyIceberg are the same and deleted rows stay
 //! deleted. A second call commits nothing. With a target size of one
 //! partition's entries, each new data manifest holds exactly one
-//! partition. Bad arguments are refused by name, nothing committed.
+//! partition. Bad arguments are refused by name, nothing committed. An
+//! INSERT committed while the rewrite is paused is kept (the rewrite is
+//! redone on the new head), and Spark reads the rewritten manifests.
 
 use std::collections::{BTreeMap, BTreeSet};
 

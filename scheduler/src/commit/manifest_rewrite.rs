@@ -127,7 +127,7 @@ struct Group {
 }
 
 /// What a rewrite writes, against one base.
-struct Rewrite {
+pub(super) struct Rewrite {
     groups: Vec<Group>,
     kept: Vec<ManifestFile>,
 }
@@ -155,7 +155,7 @@ impl Rewrite {
 
 /// Reads the base's manifest list and the manifests of the groups worth
 /// rewriting; None when there is no snapshot or no such group.
-async fn plan_rewrite(table: &Table, spec_id: Option<i32>) -> Result<Option<Rewrite>> {
+pub(super) async fn plan_rewrite(table: &Table, spec_id: Option<i32>) -> Result<Option<Rewrite>> {
     let ident = table.identifier();
     let metadata = table.metadata();
     let base_list = read_manifest_list(table, metadata.current_snapshot(), ident).await?;
@@ -248,7 +248,11 @@ async fn read_group(
 }
 
 /// Stages the rewrite on top of `base` and swaps the catalog row.
-async fn produce_rewrite(row: &CatalogRow<'_>, base: &Table, rewrite: Rewrite) -> Result<Outcome> {
+pub(super) async fn produce_rewrite(
+    row: &CatalogRow<'_>,
+    base: &Table,
+    rewrite: Rewrite,
+) -> Result<Outcome> {
     let expected = base_metadata_location(base)?;
     let staged = stage_with(base, |mut staging| {
         let expected = expected.as_str();

@@ -99,6 +99,12 @@ pub enum Procedure {
         min_input_files: Option<usize>,
         rewrite_all: bool,
     },
+    /// `rewrite_manifests(table, use_caching, spec_id)` (Trino's
+    /// `optimize_manifests`): the manifests of the current snapshot
+    /// rewritten, clustered by partition, into manifests of the table's
+    /// target size; only those of `spec_id` when given. `use_caching` is
+    /// accepted and has no effect (icemerge caches no manifests).
+    RewriteManifests { spec_id: Option<i32> },
     /// `remove_orphan_files(table, older_than, location, dry_run,
     /// max_concurrent_deletes)`.
     RemoveOrphanFiles {
@@ -244,7 +250,7 @@ const SPARK: &[Spec] = &[
             opt("use_caching", ArgType::Bool),
             opt("spec_id", ArgType::Long),
         ],
-        missing: Some("rewriting manifests is not implemented yet"),
+        missing: None,
     },
     Spec {
         name: "rewrite_position_delete_files",
@@ -268,6 +274,11 @@ const TRINO: &[Spec] = &[
     Spec {
         name: "remove_orphan_files",
         params: &[opt("retention_threshold", ArgType::Duration)],
+        missing: None,
+    },
+    Spec {
+        name: "optimize_manifests",
+        params: &[],
         missing: None,
     },
     Spec {
@@ -398,6 +409,10 @@ fn parse_execute(at: &mut Cursor, table: ObjectName) -> Result<ProcedureCall> {
                 max_concurrent_deletes: None,
             },
         ),
+        "optimize_manifests" => (
+            "rewrite_manifests",
+            Procedure::RewriteManifests { spec_id: None },
+        ),
         other => unreachable!("{other} is refused by bind"),
     };
     Ok(ProcedureCall {
@@ -512,6 +527,20 @@ fn build(name: &str, args: &mut BTreeMap<&'static str, ArgValue>, what: &str) ->
             .map(|n| n as usize),
         },
         "rewrite_data_files" => rewrite_options(args, what)?,
+        "rewrite_manifests" => {
+            // `use_caching` only tunes how Spark reads manifests: accepted,
+            // no effect here.
+            args.remove("use_caching");
+            let spec_id = match long(args, "spec_id")? {
+                Some(id) => Some(i32::try_from(id).map_err(|_| {
+                    invalid_input(format!(
+                        "{what}: argument 'spec_id' = {id}: not a partition spec id"
+                    ))
+                })?),
+                None => None,
+            };
+            Procedure::RewriteManifests { spec_id }
+        }
         other => unreachable!("{other} is refused by bind"),
     })
 }
@@ -1041,6 +1070,12 @@ mod tests {
                 ..
             }
         ));
+        let c = call("ALTER TABLE db.t EXECUTE optimize_manifests");
+        assert_eq!(c.name, "rewrite_manifests");
+        assert_eq!(c.table.to_string(), "db.t");
+        assert_eq!(c.procedure, Procedure::RewriteManifests { spec_id: None });
+        let e = err("ALTER TABLE db.t EXECUTE optimize_manifests(retention_threshold => '1d')");
+        assert!(e.contains("unknown argument 'retention_threshold'"), "{e}");
         assert!(err("ALTER TABLE db.t EXECUTE vacuum").contains("unknown procedure 'vacuum'"));
         assert!(err("ALTER TABLE db.t EXECUTE optimize").contains("not supported"));
         assert!(
@@ -1108,6 +1143,21 @@ mod tests {
                 rewrite_all: false
             }
         );
+        let c = call("CALL system.rewrite_manifests('db.t')");
+        assert_eq!(c.procedure, Procedure::RewriteManifests { spec_id: None });
+        let c = call(
+            "CALL system.rewrite_manifests(table => 'db.t', use_caching => false, spec_id => 1)",
+        );
+        assert_eq!(
+            c.procedure,
+            Procedure::RewriteManifests { spec_id: Some(1) }
+        );
+        let e = err("CALL system.rewrite_manifests('db.t', use_caching => 'yes')");
+        assert!(e.contains("'use_caching'") && e.contains("boolean"), "{e}");
+        let e = err("CALL system.rewrite_manifests('db.t', target => 1)");
+        assert!(e.contains("unknown argument 'target'"), "{e}");
+        let e = err("CALL system.rewrite_manifests('db.t', spec_id => 4294967296)");
+        assert!(e.contains("spec_id"), "{e}");
         let e = err("CALL system.rollback_to_snapshot('db t', 1)");
         assert!(e.contains("not a table name"), "{e}");
         let e = err("CALL system.rollback_to_snapshot('db.t', 1) extra");

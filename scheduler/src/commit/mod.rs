@@ -32,8 +32,11 @@
 //!
 //! Actions: `append.rs` (INSERT, CTAS), `overwrite.rs` (MERGE,
 //! copy-on-write; `insert_overwrite.rs` picks INSERT OVERWRITE's replaced
-//! files and commits through it) and `row_delta.rs` (MERGE, merge-on-read: data and
-//! position delete files added, nothing removed). Metadata-only changes (ALTER of the schema, spec or
+//! files and commits through it), `row_delta.rs` (MERGE, merge-on-read: data and
+//! position delete files added, nothing removed) and `manifest_rewrite.rs`
+//! (`rewrite_manifests`: the same live files regrouped into new manifests,
+//! `manifest_clusters.rs` deciding the groups, staged and swapped through
+//! the producer). Metadata-only changes (ALTER of the schema, spec or
 //! sort order; expiry, rollback) commit through `metadata_change.rs`; a merge that adds
 //! columns carries its schema in its own snapshot's metadata (`evolved_schema.rs`). How
 //! replace actions plug in is described in `producer.rs`.
@@ -47,7 +50,9 @@ mod delete_files;
 mod evolved_schema;
 mod insert_overwrite;
 mod isolation;
+mod manifest_clusters;
 mod manifest_list;
+mod manifest_rewrite;
 mod manifests;
 mod metadata;
 mod metadata_change;
@@ -72,6 +77,7 @@ pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,
     UPDATE_ISOLATION_LEVEL,
 };
+pub use manifest_rewrite::{commit_manifest_rewrite, ManifestRewriteCounts};
 pub use metadata_change::commit_metadata_change;
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
 pub use row_delta::{commit_row_delta, RowDeltaCommit};

@@ -15,6 +15,8 @@
 //! metadata from the base, writes it like `metadata::write_metadata` does
 //! and publishes it with [`publish`] (its [`Staged`] names the snapshot that
 //! becomes current and the files to delete if the swap is lost).
+//! A manifest rewrite (`manifest_rewrite.rs`) changes no file: it writes
+//! its own manifests inside [`stage_with`] and publishes like the others.
 //! Rebase-and-retry on a lost swap is the
 //! action's choice: reload, produce again (`append.rs`), after validating
 //! what was committed since against the statement's `CommitContext`
@@ -91,16 +93,20 @@ pub(crate) async fn produce(
     if changes.added.is_empty() && changes.removed.is_empty() && changes.added_deletes.is_empty() {
         return Ok(Outcome::NothingToCommit);
     }
-    let expected = base
-        .metadata_location()
-        .ok_or_else(|| {
-            internal(format!(
-                "table {ident} was loaded without a metadata location"
-            ))
-        })?
-        .to_string();
+    let expected = base_metadata_location(base)?;
     let staged = stage(base, &expected, changes).await?;
     publish(row, ident, base.file_io(), &expected, staged).await
+}
+
+/// The metadata file `base` was loaded from: the catalog row must still
+/// point at it for the swap to succeed.
+pub(crate) fn base_metadata_location(base: &Table) -> Result<String> {
+    base.metadata_location().map(str::to_string).ok_or_else(|| {
+        internal(format!(
+            "table {} was loaded without a metadata location",
+            base.identifier()
+        ))
+    })
 }
 
 /// Checks that need no table I/O.
@@ -150,8 +156,23 @@ pub(crate) struct Staged {
 /// Writes everything up to and including the new metadata file; on failure
 /// deletes what it wrote.
 async fn stage(base: &Table, expected: &str, changes: SnapshotChanges) -> Result<Staged> {
-    let mut staging = Staging::new(base);
-    let result = write_snapshot(base, expected, changes, &mut staging).await;
+    stage_with(base, |mut staging| async move {
+        let result = write_snapshot(base, expected, changes, &mut staging).await;
+        (staging, result)
+    })
+    .await
+}
+
+/// Runs `write` (the steps up to and including the new metadata file, whose
+/// location it returns) with a new [`Staging`]; on failure deletes what it
+/// wrote. Actions that build their manifests otherwise (a manifest rewrite)
+/// stage through this too.
+pub(crate) async fn stage_with<F, Fut>(base: &Table, write: F) -> Result<Staged>
+where
+    F: FnOnce(Staging) -> Fut,
+    Fut: std::future::Future<Output = (Staging, Result<String>)>,
+{
+    let (staging, result) = write(Staging::new(base)).await;
     let snapshot_id = staging.snapshot_id;
     let file_io = staging.file_io.clone();
     let written = staging.into_written();

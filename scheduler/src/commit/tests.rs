@@ -848,3 +848,50 @@ async fn racing_appends_all_commit() {
     let metadata_files = listing(&metadata_dir(&table)).len();
     assert_eq!(metadata_files, 1 + 3 * table.metadata().snapshots().count());
 }
+
+/// A manifest rewrite planned on a stale base loses the swap and deletes
+/// the manifests, manifest list and metadata file it wrote; the action,
+/// run again, rewrites the new head and keeps the file appended meanwhile.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_manifest_rewrite_that_loses_the_swap_leaves_nothing_behind() {
+    use super::manifest_rewrite::{plan_rewrite, produce_rewrite};
+    use super::producer::{CatalogRow, Outcome};
+
+    let fx = Fixture::new().await;
+    let (stale, _) = three_files(&fx).await;
+    assert_eq!(manifests(&stale).await.len(), 3);
+    let f4 = write_file(&stale, &[7]).await;
+    fx.append(vec![f4]).await;
+    let dir = metadata_dir(&stale);
+    let before = listing(&dir);
+    let location = fx.catalog_location().await;
+
+    let row = CatalogRow {
+        uri: &fx.uri,
+        catalog_name: &fx.open.name,
+    };
+    let rewrite = plan_rewrite(&stale, None).await.unwrap().expect("worth it");
+    let outcome = produce_rewrite(&row, &stale, rewrite).await.unwrap();
+    assert_eq!(outcome, Outcome::Lost);
+    assert_eq!(listing(&dir), before, "the lost rewrite left files behind");
+    assert_eq!(fx.catalog_location().await, location);
+
+    let counts = commit_manifest_rewrite(&fx.open, &fx.ident, None, None)
+        .await
+        .unwrap();
+    assert_eq!((counts.replaced, counts.added, counts.entries), (4, 1, 4));
+    let head = fx.load().await;
+    assert_eq!(rows(&head).await, vec![1, 2, 3, 4, 5, 6, 7]);
+    let rewritten = manifests(&head).await;
+    assert_eq!(rewritten.len(), 1);
+    assert!(rewritten[0]
+        .1
+        .iter()
+        .all(|e| e.status() == ManifestStatus::Existing));
+    let snapshot = head.metadata().current_snapshot().unwrap();
+    assert_eq!(snapshot.summary().operation, Operation::Replace);
+    let again = commit_manifest_rewrite(&fx.open, &fx.ident, None, None)
+        .await
+        .unwrap();
+    assert_eq!(again, ManifestRewriteCounts::default());
+}

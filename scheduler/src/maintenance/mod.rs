@@ -13,6 +13,9 @@
 //! - `rewrite_data_files`: compaction — the live rows rewritten on the
 //!   engine into files of the target size, committed as one `replace`
 //!   snapshot;
+//! - `rewrite_manifests`: the current snapshot's manifests regrouped by
+//!   partition into manifests of the target size, committed as one
+//!   `replace` snapshot (no data file read or written);
 //! - `reachable`: which files a set of snapshots reaches (manifest lists,
 //!   manifests, content files), read a few manifests at a time.
 //!
@@ -25,6 +28,7 @@ mod expire_snapshots;
 mod reachable;
 mod remove_orphan_files;
 mod rewrite_data_files;
+mod rewrite_manifests;
 mod snapshot_ref;
 
 use std::collections::BTreeMap;
@@ -100,6 +104,9 @@ pub async fn run_procedure(
                 rewrite_all,
             };
             rewrite_data_files::rewrite_data_files(session, ident, options, &what).await
+        }
+        Procedure::RewriteManifests { spec_id } => {
+            rewrite_manifests::rewrite_manifests(session, ident, spec_id).await
         }
         Procedure::RemoveOrphanFiles {
             older_than,

@@ -1,5 +1,5 @@
 //! A test hook, off unless `icemerge.test_pause_before_commit` names a
-//! directory: a MERGE (or `rewrite_data_files`) whose job has finished
+//! directory: a MERGE (or `rewrite_data_files`, `rewrite_manifests`) whose job has finished
 //! stops before its commit until the test says go, so a test can commit a
 //! concurrent snapshot at a known point instead of racing for one.
 
@@ -15,7 +15,7 @@ const PAUSE_LIMIT: Duration = Duration::from_secs(120);
 /// Creates `<dir>/paused` and waits until `<dir>/go` exists; returns at
 /// once when `go` is already there (a re-executed statement does not
 /// pause again).
-pub(super) async fn pause_before_commit(dir: &str) -> Result<()> {
+pub(crate) async fn pause_before_commit(dir: &str) -> Result<()> {
     let dir = Path::new(dir);
     let go = dir.join("go");
     if go.exists() {

@@ -233,7 +233,7 @@ impl Session {
     }
 
     /// This session's `icemerge.*` settings.
-    pub(super) fn icemerge_options(&self) -> IcemergeOptions {
+    pub(crate) fn icemerge_options(&self) -> IcemergeOptions {
         self.ctx
             .copied_config()
             .options()

@@ -20,6 +20,7 @@ mod alter_partition;
 mod alter_schema;
 mod alter_sort_order;
 mod commit_pause;
+pub(crate) use commit_pause::pause_before_commit;
 mod ddl;
 mod explain_analyze;
 mod explain_plan;

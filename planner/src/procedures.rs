@@ -91,13 +91,15 @@ pub enum Procedure {
         snapshot_ids: Vec<i64>,
         max_concurrent_deletes: Option<usize>,
     },
-    /// `rewrite_data_files(table, strategy => 'binpack', options => map(...))`:
-    /// the table's live data files rewritten (deletes applied) into files of
-    /// the target size.
+    /// `rewrite_data_files(table, strategy => 'binpack', options => map(...),
+    /// where => '...')`: the table's live data files (those that may hold a
+    /// row matching `filter`, when given) rewritten, deletes applied, into
+    /// files of the target size.
     RewriteDataFiles {
         target_file_size_bytes: Option<u64>,
         min_input_files: Option<usize>,
         rewrite_all: bool,
+        filter: Option<String>,
     },
     /// `rewrite_manifests(table, use_caching, spec_id)` (Trino's
     /// `optimize_manifests`): the manifests of the current snapshot
@@ -569,12 +571,13 @@ fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> R
             "{what}: argument 'sort_order' is not supported yet (only the 'binpack' strategy)"
         )));
     }
-    if let Some(ArgValue::String(filter)) = args.remove("where") {
-        return Err(unsupported(format!(
-            "{what}: argument 'where' = '{filter}' is not supported yet: the whole table is \
-             rewritten (leave 'where' out)"
-        )));
-    }
+    let filter = match args.remove("where") {
+        Some(ArgValue::String(filter)) if filter.trim().is_empty() => {
+            return Err(invalid_input(format!("{what}: argument 'where' is empty")))
+        }
+        Some(ArgValue::String(filter)) => Some(filter),
+        _ => None,
+    };
     let mut target_file_size_bytes = None;
     let mut min_input_files = None;
     let mut rewrite_all = false;
@@ -634,6 +637,7 @@ fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> R
         target_file_size_bytes,
         min_input_files,
         rewrite_all,
+        filter,
     })
 }
 
@@ -1140,8 +1144,14 @@ mod tests {
             Procedure::RewriteDataFiles {
                 target_file_size_bytes: Some(1_048_576),
                 min_input_files: Some(2),
-                rewrite_all: false
+                rewrite_all: false,
+                filter: None,
             }
+        );
+        let c = call("CALL system.rewrite_data_files(table => 'db.t', where => 'id > 5')");
+        assert!(
+            matches!(&c.procedure, Procedure::RewriteDataFiles { filter: Some(f), .. } if f == "id > 5"),
+            "{c:?}"
         );
         let c = call("CALL system.rewrite_manifests('db.t')");
         assert_eq!(c.procedure, Procedure::RewriteManifests { spec_id: None });

@@ -97,11 +97,13 @@ pub async fn run_procedure(
             target_file_size_bytes,
             min_input_files,
             rewrite_all,
+            filter,
         } => {
             let options = rewrite_data_files::RewriteOptions {
                 target_file_size_bytes,
                 min_input_files,
                 rewrite_all,
+                filter,
             };
             rewrite_data_files::rewrite_data_files(session, ident, options, &what).await
         }

@@ -11,8 +11,15 @@
 //! change is a conflict, reported by name, and the rewrite's files are
 //! deleted — the table keeps the other writer's commit.
 //!
-//! The table is rewritten when it has at least `min-input-files` data
-//! files (default 5) or any delete file, or with `rewrite-all` = true.
+//! With `where => '...'`, only the data files that may hold a matching row
+//! (by partition values and column statistics, as a scan prunes) are read
+//! and replaced, whole; position delete files left with no live data file
+//! go with them, equality delete files stay for the other files, and the
+//! commit validates only against changes to rows the filter can match.
+//!
+//! The files chosen are rewritten when there are at least
+//! `min-input-files` of them (default 5) or any carries delete files, or
+//! with `rewrite-all` = true.
 //! Output: `rewritten_data_files_count`, `added_data_files_count`,
 //! `rewritten_bytes_count`, `failed_data_files_count`.
 
@@ -39,6 +46,8 @@ pub struct RewriteOptions {
     pub target_file_size_bytes: Option<u64>,
     pub min_input_files: Option<usize>,
     pub rewrite_all: bool,
+    /// `where`: only the data files that may hold a matching row.
+    pub filter: Option<String>,
 }
 
 /// Compacts `ident`'s data files.
@@ -73,19 +82,43 @@ pub async fn rewrite_data_files(
     .await?;
     let min_input = options.min_input_files.unwrap_or(DEFAULT_MIN_INPUT_FILES);
     if data.is_empty()
-        || (!options.rewrite_all && delete_files.is_empty() && data.len() < min_input)
+        || (options.filter.is_none()
+            && !options.rewrite_all
+            && delete_files.is_empty()
+            && data.len() < min_input)
     {
         return Ok(output(0, 0, 0));
     }
-    let input_bytes: u64 = data.values().sum();
-
-    let write = session
-        .write_table_rows(ident, options.target_file_size_bytes, input_bytes)
+    let pruning = match &options.filter {
+        Some(filter) => Some(session.file_filter(&base, filter, what)?),
+        None => None,
+    };
+    let planned = session
+        .plan_table_rewrite(
+            &base,
+            options.target_file_size_bytes,
+            &data,
+            pruning.clone(),
+        )
         .await?;
+    let rewritten = planned.read.len() as i64;
+    let input_bytes = planned.input_bytes;
+    if planned.read.is_empty()
+        || (!options.rewrite_all && !planned.with_deletes && planned.read.len() < min_input)
+    {
+        return Ok(output(0, 0, 0));
+    }
+    let removed: HashSet<String> = match &pruning {
+        // Every data file is rewritten, so no delete file applies any
+        // more: the position and equality delete files go too.
+        None => data.keys().chain(delete_files.iter()).cloned().collect(),
+        // Some files: those; position delete files left with no live data
+        // file go with them (the commit drops them), equality deletes stay
+        // for the files not rewritten.
+        Some(_) => planned.read.clone(),
+    };
+    let write = session.run_table_rewrite(planned).await?;
     let added = write.files.len() as i64;
-    // Every data file is rewritten, so no delete file applies any more: the
-    // position and equality delete files go too.
-    let removed: HashSet<String> = data.keys().chain(delete_files.iter()).cloned().collect();
     let commit = OverwriteCommit {
         added: write.files.clone(),
         removed,
@@ -95,14 +128,20 @@ pub async fn rewrite_data_files(
         )]),
         operation: Operation::Replace,
     };
+    // A concurrent change to the rows rewritten is a conflict: any row of
+    // the table, or with `where` any row the files read may hold.
+    let conflict_filter = match pruning {
+        Some(predicate) => ConflictFilter::Rows(predicate),
+        None => ConflictFilter::WholeTable,
+    };
     let context = CommitContext::copy_on_write(
         Some(snapshot.snapshot_id()),
         IsolationLevel::Serializable,
-        ConflictFilter::WholeTable,
+        conflict_filter,
     );
     match commit_overwrite(catalog, &base, commit, &context).await {
         Ok(CommitOutcome::Committed { .. } | CommitOutcome::NothingToCommit) => {
-            Ok(output(data.len() as i64, added, input_bytes as i64))
+            Ok(output(rewritten, added, input_bytes as i64))
         }
         Ok(CommitOutcome::Conflict(c)) => {
             session.discard_rewrite(&write);

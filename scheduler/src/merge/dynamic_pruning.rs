@@ -206,7 +206,7 @@ pub(super) fn join_source(plan: &LogicalPlan) -> Result<LogicalPlan> {
 }
 
 /// `plan` with the scan of `relation` reading through `provider` instead.
-pub(super) fn with_target_provider(
+pub(crate) fn with_target_provider(
     plan: LogicalPlan,
     relation: &str,
     provider: Arc<IcebergTableProvider>,

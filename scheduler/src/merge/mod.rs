@@ -57,9 +57,9 @@ use crate::commit::{
     UPDATE_ISOLATION_LEVEL,
 };
 use checks::{check_assignment_types, check_join_keys, explain_bind_error};
+pub(crate) use dynamic_pruning::with_target_provider;
 use dynamic_pruning::{
-    is_volatile, join_source, probe_source_keys, target_files, with_target_provider,
-    ScannedTargets, DISTINCT_LIMIT,
+    is_volatile, join_source, probe_source_keys, target_files, ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
 pub use metadata_delete::MetadataDelete;

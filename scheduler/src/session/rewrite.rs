@@ -8,25 +8,58 @@
 //! written are deleted. `icemerge.test_pause_before_commit` pauses it after
 //! the write, as it pauses a MERGE.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::DFSchema;
 use datafusion::error::Result;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use iceberg::expr::Predicate;
 use iceberg::spec::{DataFile, TableMetadata};
-use iceberg::TableIdent;
+use iceberg::table::Table;
 use icemerge_executor::iceberg_err;
+use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_executor::write_order::sort_for_write;
-use icemerge_proto::error::internal;
+use icemerge_proto::error::{internal, invalid_input};
 
-use crate::catalog::OpenCatalog;
+use crate::catalog::filter_pushdown::to_iceberg_predicate;
+use crate::catalog::{IcebergTableProvider, OpenCatalog};
 use crate::commit::{data_files_from_batches, discard_write};
+use crate::merge::with_target_provider;
 
 use super::commit_pause::pause_before_commit;
 use super::Session;
+
+/// A rewrite planned and not yet run: the data files its scan reads
+/// (whole, deletes applied), and whether any of them has delete files.
+pub(crate) struct PlannedRewrite {
+    plan: Arc<dyn ExecutionPlan>,
+    pub read: HashSet<String>,
+    pub with_deletes: bool,
+    pub input_bytes: u64,
+    write: RewriteWrite,
+}
+
+/// The data files a rewrite's scan reads, and whether any carries deletes.
+fn files_read(plan: &Arc<dyn ExecutionPlan>) -> (HashSet<String>, bool) {
+    let mut read = HashSet::new();
+    let mut with_deletes = false;
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
+            for task in scan.groups.iter().flatten() {
+                read.insert(task.data_file_path.clone());
+                with_deletes |= !task.deletes.is_empty();
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    (read, with_deletes)
+}
 
 /// The files a rewrite wrote, and what deletes them again.
 pub(crate) struct RewriteWrite {
@@ -41,15 +74,37 @@ impl Session {
         &self.catalog
     }
 
-    /// Writes every row of `ident` into new data files of
+    /// The Iceberg predicate of a `where` argument over `base`'s columns:
+    /// the files that may hold a matching row are the ones rewritten.
+    pub(crate) fn file_filter(&self, base: &Table, filter: &str, what: &str) -> Result<Predicate> {
+        let provider = self.table_provider(base)?;
+        let schema = DFSchema::try_from(provider.schema.as_ref().clone())?;
+        let expr = self
+            .ctx
+            .state()
+            .create_logical_expr(filter, &schema)
+            .map_err(|e| invalid_input(format!("{what}: argument 'where' = '{filter}': {e}")))?;
+        to_iceberg_predicate(&[expr]).ok_or_else(|| {
+            invalid_input(format!(
+                "{what}: argument 'where' = '{filter}' cannot select data files: use \
+                 comparisons of columns with constants, IN, IS [NOT] NULL, AND, OR, NOT"
+            ))
+        })
+    }
+
+    /// Plans the rewrite of `base`'s rows (at its current snapshot): of
+    /// every data file, or of those `pruning` says may hold a match, each
+    /// file read whole with its deletes applied, spread over writers of
     /// `target_file_size` bytes (the table's `write.target-file-size-bytes`
-    /// when None); `input_bytes` is the size of the files read.
-    pub(crate) async fn write_table_rows(
+    /// when None); `sizes` are the data files' sizes.
+    pub(crate) async fn plan_table_rewrite(
         &self,
-        ident: &TableIdent,
+        base: &Table,
         target_file_size: Option<u64>,
-        input_bytes: u64,
-    ) -> Result<RewriteWrite> {
+        sizes: &HashMap<String, u64>,
+        pruning: Option<Predicate>,
+    ) -> Result<PlannedRewrite> {
+        let ident = base.identifier();
         let name = ident
             .namespace()
             .iter()
@@ -60,11 +115,21 @@ impl Session {
         let sql = format!("INSERT INTO {name} SELECT * FROM {name}");
         let state = self.ctx.state();
         let logical = state.create_logical_plan(&sql).await?;
+        // The rows read are those of the snapshot the commit is checked
+        // against, of the files `pruning` keeps.
+        let provider = self.table_provider(base)?;
+        let provider = match pruning {
+            Some(predicate) => provider.with_pruning(predicate),
+            None => provider,
+        };
+        let logical = with_target_provider(logical, ident.name(), Arc::new(provider))?;
         let physical = state.create_physical_plan(&logical).await?;
         let writer = physical
             .as_any()
             .downcast_ref::<IcebergWriteExec>()
             .ok_or_else(|| internal(format!("rewriting {ident}: no table writer was planned")))?;
+        let (read, with_deletes) = files_read(&writer.input);
+        let input_bytes: u64 = read.iter().filter_map(|path| sizes.get(path)).sum();
         let mut metadata = writer.metadata.clone();
         if let Some(bytes) = target_file_size {
             let mut properties = metadata.properties().clone();
@@ -109,13 +174,25 @@ impl Session {
             writer.write_id.clone(),
             input,
         ));
-        let write = RewriteWrite {
-            files: vec![],
-            metadata,
-            write_id: writer.write_id.clone(),
-        };
+        Ok(PlannedRewrite {
+            plan,
+            read,
+            with_deletes,
+            input_bytes,
+            write: RewriteWrite {
+                files: vec![],
+                metadata,
+                write_id: writer.write_id.clone(),
+            },
+        })
+    }
+
+    /// Runs a planned rewrite; nothing is committed. On failure the files
+    /// written are deleted.
+    pub(crate) async fn run_table_rewrite(&self, planned: PlannedRewrite) -> Result<RewriteWrite> {
+        let write = planned.write;
         let result = async {
-            let batches = self.run_plan_of(plan, "rewrite_data_files").await?;
+            let batches = self.run_plan_of(planned.plan, "rewrite_data_files").await?;
             data_files_from_batches(&write.metadata, &batches)
         }
         .await;
@@ -134,6 +211,16 @@ impl Session {
                 Err(e)
             }
         }
+    }
+
+    /// `base` as a DataFusion table, at its current snapshot.
+    fn table_provider(&self, base: &Table) -> Result<IcebergTableProvider> {
+        let ident = base.identifier();
+        IcebergTableProvider::try_new(
+            format!("{}.{}", ident.namespace().to_url_string(), ident.name()),
+            base.clone(),
+            self.open_catalog().file_io_props.clone(),
+        )
     }
 
     /// Deletes the files of a rewrite that will not be committed.

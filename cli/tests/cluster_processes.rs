@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::{http_get_as, Cluster, CLI, SCHEDULER};
+use icemerge_tests::http_get;
+use support::{Cluster, CLI, SCHEDULER};
 
 #[test]
 fn merge_through_the_cli_runs_on_several_executor_processes() {
@@ -454,15 +455,15 @@ fn the_live_page_lists_what_the_cli_sent() {
     let out = cluster.sql(Some(token), merge);
     assert!(out.lines().nth(1).unwrap().starts_with("5,3,0,2,"), "{out}");
 
-    let (status, _) = http_get_as(ui, "/", None);
+    let (status, _) = http_get(ui, "/", None);
     assert_eq!(status, 401);
-    let (status, _) = http_get_as(ui, "/statements.json", Some("wrong"));
+    let (status, _) = http_get(ui, "/statements.json", Some("wrong"));
     assert_eq!(status, 401);
-    let (status, page) = http_get_as(ui, &format!("/?token={token}"), None);
+    let (status, page) = http_get(ui, &format!("/?token={token}"), None);
     assert_eq!(status, 200, "{page}");
     assert!(page.contains("MERGE INTO d.t USING"), "{page}");
 
-    let (_, list) = http_get_as(ui, "/statements.json", Some(token));
+    let (_, list) = http_get(ui, "/statements.json", Some(token));
     let list: serde_json::Value = serde_json::from_str(&list).unwrap();
     let statements = list["statements"].as_array().unwrap();
     // The CLI splits the script: one entry per statement, newest first.
@@ -479,7 +480,7 @@ fn the_live_page_lists_what_the_cli_sent() {
     );
 
     let id = statements[0]["id"].as_u64().unwrap();
-    let (status, view) = http_get_as(ui, &format!("/statements/{id}.json"), Some(token));
+    let (status, view) = http_get(ui, &format!("/statements/{id}.json"), Some(token));
     assert_eq!(status, 200, "{view}");
     let view: serde_json::Value = serde_json::from_str(&view).unwrap();
     assert_eq!(view["merge"]["count"], 5, "{view}");

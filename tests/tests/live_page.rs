@@ -11,8 +11,8 @@
 //!   `ICEMERGE_REQUIRE_CHROMIUM=1` (set by ./test.sh after installing it)
 //!   a missing chromium fails.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use arrow_flight::sql::client::FlightSqlServiceClient;
 use icemerge_executor::process::ExecutorOptions;
 use icemerge_scheduler::server::{start, RunningScheduler, SchedulerProcessOptions};
 use icemerge_scheduler::{CatalogOptions, EngineKind};
-use icemerge_tests::open_session;
+use icemerge_tests::{http_get, open_session};
 use serde_json::Value;
 use tonic::transport::Channel;
 
@@ -85,7 +85,7 @@ impl Cluster {
         };
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (_, body) = get(cluster.scheduler.ballista_addr, "/api/executors", None);
+            let (_, body) = http_get(cluster.scheduler.ballista_addr, "/api/executors", None);
             let n = serde_json::from_str::<Value>(&body)
                 .ok()
                 .and_then(|v| v.as_array().map(|a| a.len()))
@@ -132,7 +132,7 @@ impl Cluster {
     /// `GET path` on the live page with the token in the header; the body
     /// (asserting 200).
     fn page(&self, path: &str) -> String {
-        let (status, body) = get(self.ui(), path, self.token.as_deref());
+        let (status, body) = http_get(self.ui(), path, self.token.as_deref());
         assert_eq!(status, 200, "GET {path}: {body}");
         body
     }
@@ -141,29 +141,6 @@ impl Cluster {
         let body = self.page(path);
         serde_json::from_str(&body).unwrap_or_else(|e| panic!("GET {path}: {e}: {body}"))
     }
-}
-
-/// `GET path` over plain HTTP/1.1, with `authorization: Bearer <token>`
-/// when given; the status code and the body.
-fn get(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    let auth = token
-        .map(|t| format!("authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
 }
 
 fn encoded_token() -> String {
@@ -320,32 +297,32 @@ async fn the_live_page_needs_the_token() {
         "/assets/live.css",
         "/no-such-page",
     ] {
-        let (status, body) = get(ui, path, None);
+        let (status, body) = http_get(ui, path, None);
         assert_eq!(status, 401, "GET {path} without the token: {body}");
         assert!(!body.contains("CREATE SCHEMA"), "{body}");
-        let (status, _) = get(ui, path, Some("wrong"));
+        let (status, _) = http_get(ui, path, Some("wrong"));
         assert_eq!(status, 401, "GET {path} with a wrong token");
-        let (status, _) = get(ui, &format!("{path}?token=wrong"), None);
+        let (status, _) = http_get(ui, &format!("{path}?token=wrong"), None);
         assert_eq!(status, 401, "GET {path}?token=wrong");
     }
     // The header or the query parameter, and links carry the latter on.
-    let (status, body) = get(ui, "/", Some(TOKEN));
+    let (status, body) = http_get(ui, "/", Some(TOKEN));
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("CREATE SCHEMA d"), "{body}");
     let query = format!("?token={}", encoded_token());
-    let (status, body) = get(ui, &format!("/{query}"), None);
+    let (status, body) = http_get(ui, &format!("/{query}"), None);
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(&format!("/statements/1{query}")), "{body}");
-    let (status, _) = get(ui, &format!("/statements/1.json{query}"), None);
+    let (status, _) = http_get(ui, &format!("/statements/1.json{query}"), None);
     assert_eq!(status, 200);
-    let (status, _) = get(ui, "/statements/999.json", Some(TOKEN));
+    let (status, _) = http_get(ui, "/statements/999.json", Some(TOKEN));
     assert_eq!(status, 404);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_live_page_is_open_without_a_token_and_lists_failures() {
     let cluster = Cluster::start(None).await;
-    let (status, _) = get(cluster.ui(), "/", None);
+    let (status, _) = http_get(cluster.ui(), "/", None);
     assert_eq!(status, 200);
     let err = cluster
         .client()

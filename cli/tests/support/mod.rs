@@ -4,11 +4,13 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use icemerge_tests::http_get;
 
 pub const SCHEDULER: &str = env!("CARGO_BIN_EXE_icemerge-scheduler");
 pub const EXECUTOR: &str = env!("CARGO_BIN_EXE_icemerge-executor");
@@ -46,45 +48,6 @@ pub fn free_port() -> u16 {
 
 pub fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// `GET path` on the scheduler's REST API; the body.
-pub fn http_get(addr: SocketAddr, path: &str) -> String {
-    let mut stream = TcpStream::connect(addr).expect("connect to the REST API");
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default()
-}
-
-/// `GET path` with `authorization: Bearer <token>` when given; the status
-/// code and the body.
-pub fn http_get_as(addr: SocketAddr, path: &str, token: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("connect");
-    let auth = token
-        .map(|t| format!("authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    (status, body.to_string())
 }
 
 impl Cluster {
@@ -174,7 +137,7 @@ impl Cluster {
     pub fn wait_for_executors(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let body = http_get(self.ballista, "/api/executors");
+            let (_, body) = http_get(self.ballista, "/api/executors", None);
             let registered = serde_json::from_str::<serde_json::Value>(&body)
                 .ok()
                 .and_then(|v| v.as_array().map(|a| a.len()))

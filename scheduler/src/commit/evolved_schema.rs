@@ -8,7 +8,7 @@
 //! otherwise the schema moved and the statement conflicts.
 
 use datafusion::error::Result;
-use iceberg::spec::Schema;
+use iceberg::spec::{Schema, TableMetadata};
 use iceberg::table::Table;
 use iceberg::Runtime;
 use icemerge_executor::iceberg_err;
@@ -16,14 +16,7 @@ use icemerge_executor::iceberg_err;
 /// `table` with `schema` added to its metadata as the current schema; its
 /// metadata location stays the loaded one (the compare-and-swap expects it).
 pub fn with_current_schema(table: &Table, schema: Schema) -> Result<Table> {
-    let metadata = table
-        .metadata()
-        .clone()
-        .into_builder(None)
-        .add_current_schema(schema)
-        .and_then(|builder| builder.build())
-        .map_err(iceberg_err)?
-        .metadata;
+    let metadata = metadata_with_current_schema(table.metadata(), schema)?;
     let builder = Table::builder()
         .file_io(table.file_io().clone())
         .identifier(table.identifier().clone())
@@ -36,6 +29,21 @@ pub fn with_current_schema(table: &Table, schema: Schema) -> Result<Table> {
     }
     .build()
     .map_err(iceberg_err)
+}
+
+/// `metadata` with `schema` added as the current schema, in memory (no
+/// metadata file, no log entry).
+pub fn metadata_with_current_schema(
+    metadata: &TableMetadata,
+    schema: Schema,
+) -> Result<TableMetadata> {
+    Ok(metadata
+        .clone()
+        .into_builder(None)
+        .add_current_schema(schema)
+        .and_then(|builder| builder.build())
+        .map_err(iceberg_err)?
+        .metadata)
 }
 
 /// The reloaded `head` with `planned`'s current schema made current again,

@@ -71,7 +71,7 @@ pub use crate::catalog::manifests::{load_manifests, ManifestReadError, MANIFEST_
 pub use append::{commit_append, data_files_from_batches, discard_write};
 pub use catalog_swap::{current_metadata_location, swap_metadata_location};
 pub use context::{CommitContext, ConflictFilter};
-pub use evolved_schema::with_current_schema;
+pub use evolved_schema::{metadata_with_current_schema, with_current_schema};
 pub use insert_overwrite::commit_insert_overwrite;
 pub use isolation::{
     check_isolation_properties, IsolationLevel, DELETE_ISOLATION_LEVEL, MERGE_ISOLATION_LEVEL,

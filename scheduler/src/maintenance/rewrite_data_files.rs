@@ -103,9 +103,10 @@ pub async fn rewrite_data_files(
         .await?;
     let rewritten = planned.read.len() as i64;
     let input_bytes = planned.input_bytes;
-    if planned.read.is_empty()
-        || (!options.rewrite_all && !planned.with_deletes && planned.read.len() < min_input)
-    {
+    // With `where`, the same rule over the files it chose.
+    let chosen_too_few = planned.read.is_empty()
+        || (!options.rewrite_all && !planned.with_deletes && planned.read.len() < min_input);
+    if pruning.is_some() && chosen_too_few {
         return Ok(output(0, 0, 0));
     }
     let removed: HashSet<String> = match &pruning {

@@ -8,21 +8,18 @@
 //! a merge that fails or changes no row leaves the schema as it was.
 //! Columns are matched by name, ignoring case, as Spark does.
 
-use std::sync::Arc;
-
 use arrow::datatypes::{Field, Schema as ArrowSchema};
 use datafusion::error::Result;
 use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::{Schema, TableMetadata, Type};
 use iceberg::table::Table;
-use icemerge_executor::iceberg_err;
 use icemerge_planner::alter_table::{ColumnChange, NewColumn, TableChange};
 use icemerge_planner::merge::{carries_every_column, source_sql, RowLevelStatement};
 use icemerge_proto::error::invalid_input;
 
 use super::alter_schema::{evolve_schema, is_promotion};
 use super::Session;
-use crate::commit::with_current_schema;
+use crate::commit::{metadata_with_current_schema, with_current_schema};
 
 impl Session {
     /// The table a merge is planned on: `base`, or for `MERGE WITH SCHEMA
@@ -127,21 +124,13 @@ fn evolved_schema(
     metadata: &TableMetadata,
     changes: &[TableChange],
 ) -> Result<Option<Schema>> {
-    let mut current = Arc::new(metadata.clone());
+    let mut current = metadata.clone();
     let mut evolved = None;
     for change in changes {
         let Some(schema) = evolve_schema(table, &current, change)? else {
             continue;
         };
-        let next = current
-            .as_ref()
-            .clone()
-            .into_builder(None)
-            .add_current_schema(schema.clone())
-            .and_then(|builder| builder.build())
-            .map_err(iceberg_err)?
-            .metadata;
-        current = Arc::new(next);
+        current = metadata_with_current_schema(&current, schema.clone())?;
         evolved = Some(schema);
     }
     Ok(evolved)

@@ -95,7 +95,11 @@ pub struct ChildArgs {
     pub explain_analyze: bool,
 }
 
-async fn open(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<Session> {
+pub(crate) async fn open(
+    warehouse: &Path,
+    engine: EngineKind,
+    executors: usize,
+) -> Result<Session> {
     Ok(Session::open(SessionOptions {
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
@@ -111,7 +115,7 @@ async fn open(warehouse: &Path, engine: EngineKind, executors: usize) -> Result<
 }
 
 /// The first row of a result as a JSON object.
-fn first_row(out: &StatementOutput) -> Map<String, Value> {
+pub(crate) fn first_row(out: &StatementOutput) -> Map<String, Value> {
     let mut row = Map::new();
     if let StatementOutput::Rows { batches, .. } = out {
         if let Some(batch) = batches.first().filter(|b| b.num_rows() > 0) {

@@ -8,12 +8,14 @@
 //! Modules: `data` (generation), `cases` (the case matrix and MERGE SQL),
 //! `icemerge` (a merge per child process), `peers` (peers.py per peer),
 //! `floor` (plain Parquet rewrite of the touched files), `process` (child
-//! processes with peak RSS), `report` (JSON, console and Markdown).
+//! processes with peak RSS), `report` (JSON, console and Markdown),
+//! `maintenance` (the `maintenance` subcommand: compaction and expiry).
 
 mod cases;
 mod data;
 mod floor;
 mod icemerge;
+mod maintenance;
 mod peers;
 mod process;
 mod report;
@@ -48,6 +50,12 @@ enum Sub {
     /// Internal: load a fresh table and time one MERGE (one child process).
     #[command(hide = true)]
     MergeChild(icemerge::ChildArgs),
+    /// Table maintenance: compaction of many small files beside the
+    /// copy-on-write floor, and the expiry of many snapshots.
+    Maintenance(maintenance::MaintenanceArgs),
+    /// Internal: build a table and time one maintenance procedure.
+    #[command(hide = true)]
+    MaintenanceChild(maintenance::ChildArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -140,7 +148,7 @@ fn home(path: &str) -> String {
     }
 }
 
-fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
+pub(crate) fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
     let out = std::process::Command::new(cmd).args(args).output().ok()?;
     out.status
         .success()
@@ -149,7 +157,7 @@ fn command_output(cmd: &str, args: &[&str]) -> Option<String> {
 
 /// HEAD's short hash, `-dirty` when files outside docs/ (where the run
 /// writes its own results) differ from it.
-fn commit() -> String {
+pub(crate) fn commit() -> String {
     let head = command_output("git", &["rev-parse", "--short", "HEAD"]).unwrap_or_default();
     let dirty = command_output("git", &["status", "--porcelain", "--", ".", ":!docs"])
         .is_some_and(|s| !s.is_empty());
@@ -205,7 +213,7 @@ fn machine(python: &str) -> BTreeMap<String, String> {
     m
 }
 
-async fn local_session(warehouse: &Path) -> Result<Session> {
+pub(crate) async fn local_session(warehouse: &Path) -> Result<Session> {
     Ok(Session::open(SessionOptions {
         catalog: CatalogOptions {
             warehouse: warehouse.to_path_buf(),
@@ -517,6 +525,8 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.sub {
         Some(Sub::MergeChild(child)) => icemerge::child_main(child).await,
+        Some(Sub::Maintenance(args)) => maintenance::run(args).await,
+        Some(Sub::MaintenanceChild(child)) => maintenance::child_main(child).await,
         None => run(cli.args).await,
     }
 }

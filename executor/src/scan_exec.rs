@@ -118,6 +118,32 @@ impl IcebergScanExec {
         self
     }
 
+    /// The same scan reading only the data files `keep` accepts, spread
+    /// over as many tasks as before (or fewer, one file each at least).
+    pub fn with_files(&self, keep: impl Fn(&str) -> bool) -> Self {
+        let tasks: Vec<FileScanTask> = self
+            .groups
+            .iter()
+            .flatten()
+            .filter(|task| keep(&task.data_file_path))
+            .cloned()
+            .collect();
+        let dropped = (self.file_count() - tasks.len()) as u64;
+        let mut scan = IcebergScanExec::new(
+            self.table.clone(),
+            self.schema.clone(),
+            self.file_io_props.clone(),
+            bin_pack(tasks, self.groups.len()),
+            self.files_pruned + dropped,
+            self.predicate.clone(),
+            self.limit,
+        )
+        .with_dynamic_predicate(self.dynamic_predicate.clone())
+        .with_pruned_by(self.pruned_by.clone());
+        scan.row_ids = self.row_ids;
+        scan
+    }
+
     /// Number of data files this scan reads.
     pub fn file_count(&self) -> usize {
         self.groups.iter().map(Vec::len).sum()

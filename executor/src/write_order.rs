@@ -15,7 +15,7 @@ use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use iceberg::spec::{
-    DataFile, DataFileBuilder, NullOrder, SortDirection, TableMetadata, Transform,
+    DataFile, DataFileBuilder, NullOrder, SortDirection, SortOrder, TableMetadata, Transform,
 };
 
 use icemerge_proto::error::internal;
@@ -28,6 +28,12 @@ pub fn write_ordering(metadata: &TableMetadata) -> Option<(i64, LexOrdering)> {
     if order.is_unsorted() {
         return None;
     }
+    ordering_of(order, metadata).map(|ordering| (order.order_id, ordering))
+}
+
+/// `order` as a sort of rows whose columns are `metadata`'s current
+/// schema's, in order; `None` when it is empty or uses a transform.
+pub fn ordering_of(order: &SortOrder, metadata: &TableMetadata) -> Option<LexOrdering> {
     let fields = metadata.current_schema().as_struct().fields();
     let mut exprs = vec![];
     for field in &order.fields {
@@ -43,7 +49,7 @@ pub fn write_ordering(metadata: &TableMetadata) -> Option<(i64, LexOrdering)> {
             },
         ));
     }
-    LexOrdering::new(exprs).map(|ordering| (order.order_id, ordering))
+    LexOrdering::new(exprs)
 }
 
 /// `input` (rows with the table's columns, in order) sorted within each

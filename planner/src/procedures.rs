@@ -16,12 +16,15 @@ use std::collections::BTreeMap;
 use arrow::array::timezone::Tz;
 use arrow::compute::kernels::cast_utils::string_to_datetime;
 use datafusion::error::Result;
-use datafusion::sql::sqlparser::ast::{Ident, ObjectName, ObjectNamePart};
+use datafusion::sql::sqlparser::ast::{Expr, Ident, ObjectName, ObjectNamePart};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 use icemerge_proto::error::{invalid_input, unsupported};
+
+use crate::alter_table::SortItem;
+use crate::ddl::{normalize_ident, PartitionItem, PartitionTransform};
 
 /// A literal argument value as written.
 #[derive(Debug, Clone, PartialEq)]
@@ -91,16 +94,11 @@ pub enum Procedure {
         snapshot_ids: Vec<i64>,
         max_concurrent_deletes: Option<usize>,
     },
-    /// `rewrite_data_files(table, strategy => 'binpack', options => map(...),
-    /// where => '...')`: the table's live data files (those that may hold a
-    /// row matching `filter`, when given) rewritten, deletes applied, into
-    /// files of the target size.
-    RewriteDataFiles {
-        target_file_size_bytes: Option<u64>,
-        min_input_files: Option<usize>,
-        rewrite_all: bool,
-        filter: Option<String>,
-    },
+    /// `rewrite_data_files(table, strategy, sort_order, options, where)`:
+    /// the table's live data files (those that may hold a row matching the
+    /// filter, when given) chosen by Spark's rules, rewritten with their
+    /// deletes applied into files of the target size.
+    RewriteDataFiles(RewriteDataFiles),
     /// `rewrite_manifests(table, use_caching, spec_id)` (Trino's
     /// `optimize_manifests`): the manifests of the current snapshot
     /// rewritten, clustered by partition, into manifests of the table's
@@ -261,7 +259,11 @@ const SPARK: &[Spec] = &[
             opt("options", ArgType::StringMap),
             opt("where", ArgType::Str),
         ],
-        missing: Some("rewriting position delete files is not implemented yet"),
+        missing: Some(
+            "rewriting position delete files is not implemented; rewrite_data_files with \
+             options => map('delete-file-threshold', '1') applies the delete files of the data \
+             files they delete from and removes them",
+        ),
     },
 ];
 
@@ -286,12 +288,15 @@ const TRINO: &[Spec] = &[
     Spec {
         name: "optimize",
         params: &[opt("file_size_threshold", ArgType::Str)],
-        missing: Some("compaction is not implemented yet"),
+        missing: None,
     },
 ];
 
 /// Trino's default `retention_threshold` (its `iceberg.expire-snapshots.min-retention`
 /// and `iceberg.remove-orphan-files.min-retention`): seven days.
+/// Trino's default `file_size_threshold` of `optimize`.
+const TRINO_DEFAULT_FILE_SIZE_THRESHOLD: u64 = 100 * 1024 * 1024;
+
 const TRINO_DEFAULT_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
 
 /// The call when `sql` is a `CALL` or an `ALTER TABLE ... EXECUTE`; None for
@@ -393,6 +398,30 @@ fn parse_execute(at: &mut Cursor, table: ObjectName) -> Result<ProcedureCall> {
         _ => Cutoff::Ago(TRINO_DEFAULT_RETENTION_MS),
     };
     let (name, procedure) = match spec.name {
+        // Trino's optimize: the data files below the threshold (default
+        // 100MB), and those with deletes, rewritten.
+        "optimize" => {
+            let threshold = match bound.remove("file_size_threshold") {
+                Some(ArgValue::String(s)) => data_size_bytes(&s).ok_or_else(|| {
+                    invalid_input(format!(
+                        "{what}: argument 'file_size_threshold' = '{s}': expected a data size \
+                         such as '100MB' (units B, kB, MB, GB, TB)"
+                    ))
+                })?,
+                _ => TRINO_DEFAULT_FILE_SIZE_THRESHOLD,
+            };
+            (
+                "rewrite_data_files",
+                Procedure::RewriteDataFiles(RewriteDataFiles {
+                    strategy: RewriteStrategy::BinPack,
+                    options: RewriteOptions {
+                        file_size_threshold: Some(threshold),
+                        ..RewriteOptions::default()
+                    },
+                    filter: None,
+                }),
+            )
+        }
         "expire_snapshots" => (
             "expire_snapshots",
             Procedure::ExpireSnapshots {
@@ -547,30 +576,82 @@ fn build(name: &str, args: &mut BTreeMap<&'static str, ArgValue>, what: &str) ->
     })
 }
 
+/// `rewrite_data_files`' arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RewriteDataFiles {
+    pub strategy: RewriteStrategy,
+    pub options: RewriteOptions,
+    /// `where`: only the data files that may hold a matching row.
+    pub filter: Option<String>,
+}
+
+/// How `rewrite_data_files` orders the rows it writes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RewriteStrategy {
+    /// `binpack`: rows spread over writers of the target size, each
+    /// writer's rows sorted by the table's write order when it has one.
+    BinPack,
+    /// `sort`: the rows of the rewrite sorted as one sequence, so the files
+    /// written hold ranges that do not overlap: by `sort_order` when given,
+    /// else by the table's write order.
+    Sort { sort_order: Option<Vec<SortItem>> },
+}
+
+/// The `options` map of `rewrite_data_files`, as Iceberg's bin-pack
+/// planner reads it (the defaults are resolved against the table).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RewriteOptions {
+    pub target_file_size_bytes: Option<u64>,
+    pub min_file_size_bytes: Option<u64>,
+    pub max_file_size_bytes: Option<u64>,
+    pub min_input_files: Option<usize>,
+    pub rewrite_all: bool,
+    pub delete_file_threshold: Option<usize>,
+    pub delete_ratio_threshold: Option<f64>,
+    /// Trino's `optimize(file_size_threshold)`: the data files smaller than
+    /// this, and those with delete files, are the ones rewritten (in place
+    /// of the size range and thresholds above).
+    pub file_size_threshold: Option<u64>,
+}
+
 /// The options of `rewrite_data_files` that icemerge knows.
-const REWRITE_OPTIONS: [&str; 3] = ["target-file-size-bytes", "min-input-files", "rewrite-all"];
+const REWRITE_OPTIONS: [&str; 7] = [
+    "target-file-size-bytes",
+    "min-file-size-bytes",
+    "max-file-size-bytes",
+    "min-input-files",
+    "rewrite-all",
+    "delete-file-threshold",
+    "delete-ratio-threshold",
+];
 
 fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> Result<Procedure> {
-    if let Some(ArgValue::String(strategy)) = args.remove("strategy") {
-        match strategy.to_lowercase().as_str() {
-            "binpack" => {}
-            "sort" | "zorder" => {
-                return Err(unsupported(format!(
-                    "{what}: strategy '{strategy}' is not supported yet (only 'binpack')"
-                )))
-            }
-            _ => {
+    let strategy = match args.remove("strategy") {
+        Some(ArgValue::String(strategy)) => Some(strategy),
+        _ => None,
+    };
+    let sort_order = match args.remove("sort_order") {
+        Some(ArgValue::String(order)) => Some(parse_sort_order(&order, what)?),
+        _ => None,
+    };
+    let strategy = match strategy.as_deref().map(str::to_lowercase).as_deref() {
+        None if sort_order.is_some() => RewriteStrategy::Sort { sort_order },
+        None | Some("binpack") => {
+            if sort_order.is_some() {
                 return Err(invalid_input(format!(
-                    "{what}: argument 'strategy' = '{strategy}': expected 'binpack' or 'sort'"
-                )))
+                    "{what}: argument 'sort_order' needs strategy 'sort', not 'binpack'"
+                )));
             }
+            RewriteStrategy::BinPack
         }
-    }
-    if args.remove("sort_order").is_some() {
-        return Err(unsupported(format!(
-            "{what}: argument 'sort_order' is not supported yet (only the 'binpack' strategy)"
-        )));
-    }
+        Some("sort") => RewriteStrategy::Sort { sort_order },
+        Some(_) => {
+            return Err(invalid_input(format!(
+                "{what}: argument 'strategy' = '{}': expected 'binpack' or 'sort'",
+                strategy.unwrap_or_default()
+            )))
+        }
+    };
     let filter = match args.remove("where") {
         Some(ArgValue::String(filter)) if filter.trim().is_empty() => {
             return Err(invalid_input(format!("{what}: argument 'where' is empty")))
@@ -578,9 +659,7 @@ fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> R
         Some(ArgValue::String(filter)) => Some(filter),
         _ => None,
     };
-    let mut target_file_size_bytes = None;
-    let mut min_input_files = None;
-    let mut rewrite_all = false;
+    let mut options = RewriteOptions::default();
     if let Some(ArgValue::Map(pairs)) = args.remove("options") {
         for (key, value) in pairs {
             let ArgValue::String(key) = key else {
@@ -599,22 +678,47 @@ fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> R
                     )))
                 }
             };
-            let positive = |text: &str| -> Result<u64> {
+            let integer = |text: &str, least: u64| -> Result<u64> {
                 text.trim()
                     .parse::<u64>()
                     .ok()
-                    .filter(|n| *n > 0)
+                    .filter(|n| *n >= least)
                     .ok_or_else(|| {
                         invalid_input(format!(
-                            "{what}: option '{key}' = '{text}': expected a positive integer"
+                            "{what}: option '{key}' = '{text}': expected {}",
+                            if least == 0 {
+                                "an integer >= 0"
+                            } else {
+                                "a positive integer"
+                            }
                         ))
                     })
             };
             match key.as_str() {
-                "target-file-size-bytes" => target_file_size_bytes = Some(positive(&text)?),
-                "min-input-files" => min_input_files = Some(positive(&text)? as usize),
+                "target-file-size-bytes" => {
+                    options.target_file_size_bytes = Some(integer(&text, 1)?)
+                }
+                "min-file-size-bytes" => options.min_file_size_bytes = Some(integer(&text, 0)?),
+                "max-file-size-bytes" => options.max_file_size_bytes = Some(integer(&text, 1)?),
+                "min-input-files" => options.min_input_files = Some(integer(&text, 1)? as usize),
+                "delete-file-threshold" => {
+                    options.delete_file_threshold = Some(integer(&text, 0)? as usize)
+                }
+                "delete-ratio-threshold" => {
+                    let ratio = text
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|r| *r > 0.0 && *r <= 1.0)
+                        .ok_or_else(|| {
+                            invalid_input(format!(
+                                "{what}: option '{key}' = '{text}': expected a number in (0, 1]"
+                            ))
+                        })?;
+                    options.delete_ratio_threshold = Some(ratio);
+                }
                 "rewrite-all" => {
-                    rewrite_all = match text.to_lowercase().as_str() {
+                    options.rewrite_all = match text.to_lowercase().as_str() {
                         "true" => true,
                         "false" => false,
                         _ => {
@@ -633,12 +737,60 @@ fn rewrite_options(args: &mut BTreeMap<&'static str, ArgValue>, what: &str) -> R
             }
         }
     }
-    Ok(Procedure::RewriteDataFiles {
-        target_file_size_bytes,
-        min_input_files,
-        rewrite_all,
+    Ok(Procedure::RewriteDataFiles(RewriteDataFiles {
+        strategy,
+        options,
         filter,
-    })
+    }))
+}
+
+/// Spark's `sort_order` argument: `col [ASC | DESC] [NULLS FIRST | LAST], ...`
+/// over plain columns; `zorder(...)` is refused.
+fn parse_sort_order(text: &str, what: &str) -> Result<Vec<SortItem>> {
+    let bad = |e: String| {
+        invalid_input(format!(
+            "{what}: argument 'sort_order' = '{text}': expected columns with \
+             [ASC | DESC] [NULLS FIRST | LAST], separated by commas: {e}"
+        ))
+    };
+    if text.trim().to_lowercase().starts_with("zorder") {
+        return Err(unsupported(format!(
+            "{what}: argument 'sort_order' = '{text}': z-order is not supported; sort by \
+             columns"
+        )));
+    }
+    let mut parser = Parser::new(&GenericDialect {})
+        .try_with_sql(text)
+        .map_err(|e| bad(e.to_string()))?;
+    let items = parser
+        .parse_comma_separated(Parser::parse_order_by_expr)
+        .map_err(|e| bad(e.to_string()))?;
+    if parser.peek_token().token != Token::EOF {
+        return Err(bad(format!("unexpected '{}'", parser.peek_token().token)));
+    }
+    items
+        .into_iter()
+        .map(|item| {
+            let column = match &item.expr {
+                Expr::Identifier(ident) => normalize_ident(ident),
+                other => {
+                    return Err(unsupported(format!(
+                        "{what}: argument 'sort_order': '{other}' is not a column; \
+                         icemerge sorts by columns only"
+                    )))
+                }
+            };
+            let descending = item.options.asc == Some(false);
+            Ok(SortItem {
+                term: PartitionItem {
+                    column,
+                    transform: PartitionTransform::Identity,
+                },
+                descending,
+                nulls_first: item.options.nulls_first.unwrap_or(!descending),
+            })
+        })
+        .collect()
 }
 
 fn known(specs: &[Spec]) -> String {
@@ -770,6 +922,25 @@ fn timestamp_ms(text: &str) -> Option<i64> {
 }
 
 /// Trino's duration: a number and a unit (`ms`, `s`, `m`, `h`, `d`).
+/// Trino's data size (`'100MB'`, `'10kB'`, `'1.5GB'`; units of 1024) in
+/// bytes.
+fn data_size_bytes(text: &str) -> Option<u64> {
+    let text = text.trim();
+    let split = text.find(|c: char| c.is_ascii_alphabetic())?;
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number.trim().parse().ok()?;
+    let unit: f64 = match unit.trim() {
+        "B" => 1.0,
+        "kB" => 1024.0,
+        "MB" => 1024.0 * 1024.0,
+        "GB" => 1024.0 * 1024.0 * 1024.0,
+        "TB" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        _ => return None,
+    };
+    let bytes = number * unit;
+    (bytes > 0.0 && bytes.is_finite() && bytes < u64::MAX as f64).then_some(bytes as u64)
+}
+
 fn duration_ms(text: &str) -> Option<i64> {
     let text = text.trim();
     let split = text.find(|c: char| c.is_ascii_alphabetic())?;
@@ -1081,7 +1252,20 @@ mod tests {
         let e = err("ALTER TABLE db.t EXECUTE optimize_manifests(retention_threshold => '1d')");
         assert!(e.contains("unknown argument 'retention_threshold'"), "{e}");
         assert!(err("ALTER TABLE db.t EXECUTE vacuum").contains("unknown procedure 'vacuum'"));
-        assert!(err("ALTER TABLE db.t EXECUTE optimize").contains("not supported"));
+        let c = call("ALTER TABLE db.t EXECUTE optimize");
+        assert!(
+            matches!(&c.procedure, Procedure::RewriteDataFiles(r)
+                if r.options.file_size_threshold == Some(100 * 1024 * 1024)),
+            "{c:?}"
+        );
+        let c = call("ALTER TABLE db.t EXECUTE optimize(file_size_threshold => '1.5kB')");
+        assert!(
+            matches!(&c.procedure, Procedure::RewriteDataFiles(r)
+                if r.options.file_size_threshold == Some(1536)),
+            "{c:?}"
+        );
+        let e = err("ALTER TABLE db.t EXECUTE optimize(file_size_threshold => '10 parsecs')");
+        assert!(e.contains("file_size_threshold"), "{e}");
         assert!(
             err("ALTER TABLE db.t EXECUTE expire_snapshots(retention_threshold => '7 weeks')")
                 .contains("retention_threshold")
@@ -1130,27 +1314,76 @@ mod tests {
             e.contains("unknown option 'a'") && e.contains("min-input-files"),
             "{e}"
         );
-        let e = err("CALL system.rewrite_data_files('db.t', strategy => 'sort')");
-        assert!(e.contains("not supported"), "{e}");
+        let e = err("CALL system.rewrite_data_files('db.t', strategy => 'zorder')");
+        assert!(e.contains("expected 'binpack' or 'sort'"), "{e}");
+        let e = err("CALL system.rewrite_data_files('db.t', sort_order => 'zorder(a, b)')");
+        assert!(e.contains("z-order is not supported"), "{e}");
+        let e = err(
+            "CALL system.rewrite_data_files('db.t', strategy => 'binpack', sort_order => 'id')",
+        );
+        assert!(e.contains("needs strategy 'sort'"), "{e}");
+        let e = err("CALL system.rewrite_data_files('db.t', sort_order => 'id DESC,')");
+        assert!(e.contains("argument 'sort_order'"), "{e}");
+        let e = err("CALL system.rewrite_data_files('db.t', sort_order => 'upper(v)')");
+        assert!(e.contains("is not a column"), "{e}");
         let e =
             err("CALL system.rewrite_data_files('db.t', options => map('min-input-files', '0'))");
         assert!(e.contains("positive integer"), "{e}");
+        let e = err(
+            "CALL system.rewrite_data_files('db.t', options => map('delete-ratio-threshold', '1.5'))",
+        );
+        assert!(e.contains("(0, 1]"), "{e}");
         let c = call(
             "CALL system.rewrite_data_files(table => 'db.t', strategy => 'binpack', \
-             options => map('target-file-size-bytes', '1048576', 'min-input-files', 2))",
+             options => map('target-file-size-bytes', '1048576', 'min-input-files', 2, \
+             'delete-file-threshold', '0', 'delete-ratio-threshold', '0.5', \
+             'min-file-size-bytes', '10', 'max-file-size-bytes', '2000000'))",
         );
         assert_eq!(
             c.procedure,
-            Procedure::RewriteDataFiles {
-                target_file_size_bytes: Some(1_048_576),
-                min_input_files: Some(2),
-                rewrite_all: false,
+            Procedure::RewriteDataFiles(RewriteDataFiles {
+                strategy: RewriteStrategy::BinPack,
+                options: RewriteOptions {
+                    target_file_size_bytes: Some(1_048_576),
+                    min_file_size_bytes: Some(10),
+                    max_file_size_bytes: Some(2_000_000),
+                    min_input_files: Some(2),
+                    rewrite_all: false,
+                    delete_file_threshold: Some(0),
+                    delete_ratio_threshold: Some(0.5),
+                    file_size_threshold: None,
+                },
                 filter: None,
-            }
+            })
         );
         let c = call("CALL system.rewrite_data_files(table => 'db.t', where => 'id > 5')");
         assert!(
-            matches!(&c.procedure, Procedure::RewriteDataFiles { filter: Some(f), .. } if f == "id > 5"),
+            matches!(&c.procedure, Procedure::RewriteDataFiles(r) if r.filter.as_deref() == Some("id > 5")),
+            "{c:?}"
+        );
+        let c = call(
+            "CALL system.rewrite_data_files('db.t', sort_order => 'id DESC, \"V\" ASC NULLS LAST, w')",
+        );
+        let Procedure::RewriteDataFiles(RewriteDataFiles {
+            strategy: RewriteStrategy::Sort {
+                sort_order: Some(order),
+            },
+            ..
+        }) = &c.procedure
+        else {
+            panic!("{c:?}")
+        };
+        let terms: Vec<(&str, bool, bool)> = order
+            .iter()
+            .map(|i| (i.term.column.as_str(), i.descending, i.nulls_first))
+            .collect();
+        assert_eq!(
+            terms,
+            vec![("id", true, false), ("V", false, false), ("w", false, true)]
+        );
+        let c = call("CALL system.rewrite_data_files('db.t', strategy => 'SORT')");
+        assert!(
+            matches!(&c.procedure, Procedure::RewriteDataFiles(r) if r.strategy == RewriteStrategy::Sort { sort_order: None }),
             "{c:?}"
         );
         let c = call("CALL system.rewrite_manifests('db.t')");

@@ -9,7 +9,8 @@
 //! `rewrite_data_files` compacts many small files with merge-on-read
 //! position deletes into few files without delete files, the rows the same
 //! for icemerge and PyIceberg; a compaction and a MERGE committing at the
-//! same time both stay correct whichever commits first. The rollback and
+//! same time both stay correct whichever commits first, and a concurrent
+//! commit fails only the file group (partition) it changed. The rollback and
 //! expiry also run on a Postgres catalog.
 
 use std::collections::BTreeSet;
@@ -830,4 +831,197 @@ async fn compaction_and_a_merge_committing_at_once() {
             "{engine:?}"
         );
     }
+}
+
+fn output_rows(out: &icemerge_scheduler::StatementOutput) -> Vec<Vec<String>> {
+    match out {
+        icemerge_scheduler::StatementOutput::Rows { batches, .. } => {
+            icemerge_tests::rows_as_strings(batches)
+        }
+        other => panic!("no rows: {other:?}"),
+    }
+}
+
+const PARTITIONED: &str = "CREATE SCHEMA db;
+    CREATE TABLE db.p (id BIGINT, p INT, v BIGINT) PARTITIONED BY (p);
+    INSERT INTO db.p SELECT value, CAST(value % 2 AS INT), 0 FROM generate_series(0, 9);
+    INSERT INTO db.p SELECT value, CAST(value % 2 AS INT), 0 FROM generate_series(10, 19);
+    INSERT INTO db.p SELECT value, CAST(value % 2 AS INT), 0 FROM generate_series(20, 29)";
+const COMPACT_P: &str =
+    "CALL system.rewrite_data_files(table => 'db.p', options => map('min-input-files', '2'))";
+
+/// A compaction of two partitions (two file groups) while another writer
+/// commits: a MERGE rewriting files of partition 1 makes that group fail
+/// (its new files deleted, its old files kept) and the other group
+/// commits; an INSERT is no conflict at all, and its rows stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_concurrent_commit_drops_only_the_groups_it_changed() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = dir.path().to_str().unwrap().to_string();
+        open_session(dir.path(), engine)
+            .await
+            .execute(PARTITIONED)
+            .await
+            .unwrap();
+        let bump = "MERGE INTO db.p USING (SELECT 7 AS id) s ON p.id = s.id \
+                    WHEN MATCHED THEN UPDATE SET v = p.v + 1";
+        let (session, result) = across(dir.path(), engine, COMPACT_P, bump).await;
+        let out = result.unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+        let out = output_rows(&out);
+        // Partition 0's three files became one; partition 1's three failed.
+        assert_eq!(out[0][0], "3", "{engine:?}: {out:?}");
+        assert_eq!(out[0][1], "1", "{engine:?}: {out:?}");
+        assert_eq!(out[0][3], "3", "{engine:?}: {out:?}");
+        assert_eq!(
+            query(
+                &session,
+                "SELECT partition, count(*) FROM db.\"p$files\" GROUP BY partition ORDER BY partition"
+            )
+            .await,
+            vec![vec!["{p=0}", "1"], vec!["{p=1}", "3"]],
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(id), sum(v) FROM db.p").await,
+            vec![vec!["30", "435", "1"]],
+            "{engine:?}: the merge's update stays"
+        );
+        // No file of the failed group is left behind.
+        let table = table_dir(&session, "db.p").await;
+        let view = run_python(
+            "maintenance_files.py",
+            &["reach", "--warehouse", &wh, "--table", "db.p"],
+        );
+        let on_disk: BTreeSet<String> = files_under(&table)
+            .into_iter()
+            .filter(|f| f.contains("/data/"))
+            .collect();
+        assert_eq!(on_disk, strings(&view["content_files"]), "{engine:?}");
+
+        // An INSERT committing meanwhile: both groups commit, its rows stay.
+        let dir = tempfile::tempdir().unwrap();
+        open_session(dir.path(), engine)
+            .await
+            .execute(PARTITIONED)
+            .await
+            .unwrap();
+        let insert = "INSERT INTO db.p VALUES (100, 0, 5), (101, 1, 5)";
+        let (session, result) = across(dir.path(), engine, COMPACT_P, insert).await;
+        let out = output_rows(&result.unwrap_or_else(|e| panic!("{engine:?}: {e}")));
+        assert_eq!(out[0][..2], ["6", "2"], "{engine:?}: {out:?}");
+        assert_eq!(out[0][3], "0", "{engine:?}: {out:?}");
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(id), sum(v) FROM db.p").await,
+            vec![vec!["32", "636", "10"]],
+            "{engine:?}: the inserted rows stay"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.\"p$files\"").await,
+            vec![vec!["4"]],
+            "{engine:?}: one compacted file and one inserted file per partition"
+        );
+    }
+}
+
+/// Compaction of 200 small files carrying merge-on-read position deletes:
+/// files near the target size, no delete file left, and the same rows for
+/// icemerge, PyIceberg, DuckDB and (when set up) Spark 3.5 + Iceberg 1.10.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn compacted_small_files_read_the_same_in_every_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let wh = dir.path().to_str().unwrap().to_string();
+    let session = open_session(dir.path(), EngineKind::Local).await;
+    let mut script = String::from(
+        "CREATE SCHEMA db; CREATE TABLE db.c (id BIGINT, v STRING) TBLPROPERTIES (
+           'write.update.mode' = 'merge-on-read', 'write.delete.mode' = 'merge-on-read');",
+    );
+    for i in 0..200 {
+        script.push_str(&format!(
+            "INSERT INTO db.c SELECT value, concat('row-', CAST(value AS VARCHAR), '-{i}') \
+             FROM generate_series({}, {});",
+            i * 50,
+            i * 50 + 49
+        ));
+    }
+    script.push_str(
+        "DELETE FROM db.c WHERE id % 10 = 3;
+         UPDATE db.c SET v = 'updated' WHERE id % 7 = 0;",
+    );
+    session.execute(&script).await.unwrap();
+    let kinds = "SELECT content, count(*) FROM db.\"c$files\" GROUP BY content ORDER BY content";
+    let before = query(&session, kinds).await;
+    assert_eq!(before[0][0], "0");
+    assert!(before[0][1].parse::<u64>().unwrap() > 200, "{before:?}");
+    assert_eq!(before[1][0], "1", "position delete files: {before:?}");
+    let rows_sql = "SELECT id, v FROM db.c ORDER BY id";
+    let rows = query(&session, rows_sql).await;
+    assert_eq!(rows.len(), 10_000 - 1_000);
+
+    let target: u64 = 32 * 1024;
+    let out = query(
+        &session,
+        &format!(
+            "CALL system.rewrite_data_files(table => 'db.c', \
+             options => map('target-file-size-bytes', '{target}'))"
+        ),
+    )
+    .await;
+    assert_eq!(out[0][0], before[0][1], "every small file: {out:?}");
+    assert_eq!(out[0][3], "0");
+    assert_eq!(
+        query(&session, kinds).await,
+        vec![vec!["0".to_string(), out[0][1].clone()]],
+        "data files only"
+    );
+    // Near the target: none above the max (180 %), together no more than
+    // the files the bytes fill plus one partial file per writer.
+    let sizes: Vec<u64> = query(&session, "SELECT file_size_in_bytes FROM db.\"c$files\"")
+        .await
+        .iter()
+        .map(|r| r[0].parse().unwrap())
+        .collect();
+    let total: u64 = sizes.iter().sum();
+    assert!(
+        sizes.iter().all(|s| *s <= target * 18 / 10),
+        "{sizes:?} against {target}"
+    );
+    assert!(
+        sizes.len() as u64 <= 2 * total.div_ceil(target),
+        "{sizes:?} against {target}"
+    );
+    assert_eq!(query(&session, rows_sql).await, rows, "icemerge");
+    let expected: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| (r[0].parse().unwrap(), r[1].clone()))
+        .collect();
+    let py = run_python(
+        "pyiceberg_interop.py",
+        &["read", "--warehouse", &wh, "--table", "db.c"],
+    );
+    assert_eq!(sorted_rows(&py), expected, "PyIceberg");
+    let duck = run_python(
+        "merge_interop.py",
+        &["duckdb", "--warehouse", &wh, "--table", "db.c"],
+    );
+    assert_eq!(sorted_rows(&duck), expected, "DuckDB");
+    drop(session);
+    let Some(spark) = icemerge_tests::spark("compacted_small_files_read_the_same_in_every_engine")
+    else {
+        return;
+    };
+    let out = spark.run(
+        dir.path(),
+        "icemerge",
+        &[
+            "SELECT id, v FROM db.c ORDER BY id",
+            "SELECT count(*) FROM db.c.delete_files",
+        ],
+    );
+    assert_eq!(out[0], rows, "Spark");
+    assert_eq!(
+        out[1],
+        vec![vec!["0".to_string()]],
+        "Spark sees no delete file"
+    );
 }

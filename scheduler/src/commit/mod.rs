@@ -80,5 +80,6 @@ pub use isolation::{
 pub use manifest_rewrite::{commit_manifest_rewrite, ManifestRewriteCounts};
 pub use metadata_change::commit_metadata_change;
 pub use overwrite::{commit_overwrite, CommitOutcome, OverwriteCommit};
+pub(crate) use plan::references as position_delete_references;
 pub use row_delta::{commit_row_delta, RowDeltaCommit};
 pub use validation::{Conflict, ConflictKind};

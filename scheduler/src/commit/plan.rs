@@ -109,7 +109,9 @@ impl<'a> EntryView<'a> {
 
 /// A position delete file's referenced data file, else the bounds of its
 /// `file_path` column.
-fn references(file: &DataFile) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
+/// The range of data file paths a position delete file may reference:
+/// its `referenced_data_file` (one path), else its `file_path` bounds.
+pub(crate) fn references(file: &DataFile) -> Option<(Cow<'_, str>, Cow<'_, str>)> {
     if let Some(path) = file.referenced_data_file() {
         return Some((Cow::Owned(path.clone()), Cow::Owned(path)));
     }

@@ -10,9 +10,11 @@
 //!   files only they reached deleted;
 //! - `remove_orphan_files`: files under the table location that no
 //!   metadata names, older than a cutoff, deleted;
-//! - `rewrite_data_files`: compaction — the live rows rewritten on the
-//!   engine into files of the target size, committed as one `replace`
-//!   snapshot;
+//! - `rewrite_data_files` (and Trino's `optimize`): compaction — the data
+//!   files Iceberg's bin-pack rules choose (`rewrite_groups`), in groups
+//!   per partition, rewritten on the engine with their deletes applied into
+//!   files of the target size, bin-packed or sorted, committed as one
+//!   `replace` snapshot; a group a concurrent commit changed is dropped;
 //! - `rewrite_manifests`: the current snapshot's manifests regrouped by
 //!   partition into manifests of the target size, committed as one
 //!   `replace` snapshot (no data file read or written);
@@ -28,6 +30,7 @@ mod expire_snapshots;
 mod reachable;
 mod remove_orphan_files;
 mod rewrite_data_files;
+mod rewrite_groups;
 mod rewrite_manifests;
 mod snapshot_ref;
 
@@ -93,19 +96,8 @@ pub async fn run_procedure(
             };
             expire_snapshots::expire_snapshots(catalog, ident, options, &what).await
         }
-        Procedure::RewriteDataFiles {
-            target_file_size_bytes,
-            min_input_files,
-            rewrite_all,
-            filter,
-        } => {
-            let options = rewrite_data_files::RewriteOptions {
-                target_file_size_bytes,
-                min_input_files,
-                rewrite_all,
-                filter,
-            };
-            rewrite_data_files::rewrite_data_files(session, ident, options, &what).await
+        Procedure::RewriteDataFiles(args) => {
+            rewrite_data_files::rewrite_data_files(session, ident, args, &what).await
         }
         Procedure::RewriteManifests { spec_id } => {
             rewrite_manifests::rewrite_manifests(session, ident, spec_id).await

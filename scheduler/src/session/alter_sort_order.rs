@@ -10,7 +10,7 @@
 use datafusion::error::Result;
 use iceberg::spec::{NullOrder, SortDirection, SortField, SortOrder, TableMetadata, Transform};
 use icemerge_executor::iceberg_err;
-use icemerge_planner::alter_table::WriteOrder;
+use icemerge_planner::alter_table::{SortItem, WriteOrder};
 use icemerge_planner::ddl::PartitionTransform;
 use icemerge_proto::error::{invalid_input, not_found, unsupported};
 
@@ -23,33 +23,45 @@ pub(super) fn sort_order(
     metadata: &TableMetadata,
     write: &WriteOrder,
 ) -> Result<SortOrder> {
+    sort_order_of(
+        &format!("ALTER TABLE {table} WRITE ORDERED BY"),
+        metadata,
+        &write.order,
+    )
+}
+
+/// The unbound sort order of `order` over `metadata`'s current schema;
+/// `what` names the clause in errors.
+pub(super) fn sort_order_of(
+    what: &str,
+    metadata: &TableMetadata,
+    order: &[SortItem],
+) -> Result<SortOrder> {
     let schema = metadata.current_schema();
     let mut builder = SortOrder::builder();
     let mut seen = vec![];
-    for item in &write.order {
+    for item in order {
         let column = &item.term.column;
         if item.term.transform != PartitionTransform::Identity {
             return Err(unsupported(format!(
-                "ALTER TABLE {table} WRITE ORDERED BY: the {} transform of '{column}' is not \
+                "{what}: the {} transform of '{column}' is not \
                  supported: icemerge sorts by columns only; order by '{column}' itself",
                 item.term.transform
             )));
         }
-        let field = schema.field_by_name(column).ok_or_else(|| {
-            not_found(format!(
-                "ALTER TABLE {table} WRITE ORDERED BY: column '{column}' does not exist"
-            ))
-        })?;
+        let field = schema
+            .field_by_name(column)
+            .ok_or_else(|| not_found(format!("{what}: column '{column}' does not exist")))?;
         if !field.field_type.is_primitive() {
             return Err(invalid_input(format!(
-                "ALTER TABLE {table} WRITE ORDERED BY: column '{column}' is of type {}, which \
+                "{what}: column '{column}' is of type {}, which \
                  cannot be sorted by",
                 field.field_type
             )));
         }
         if seen.contains(&field.id) {
             return Err(invalid_input(format!(
-                "ALTER TABLE {table} WRITE ORDERED BY: column '{column}' is named twice"
+                "{what}: column '{column}' is named twice"
             )));
         }
         seen.push(field.id);

@@ -71,6 +71,16 @@ impl MemoryBudget {
         }
     }
 
+    /// The memory each sort keeps back for merging what it spilled
+    /// (DataFusion's `sort_spill_reservation_bytes`, 10 MiB by default) when
+    /// `partitions` sorts run at once in this budget: an eighth of their
+    /// share, between 256 KiB and 10 MiB, so that small budgets still leave
+    /// the sorts room to spill rather than fail.
+    pub fn sort_spill_reservation(&self, partitions: usize) -> usize {
+        let share = self.bytes / (8 * partitions.max(1) as u64);
+        share.clamp(256 << 10, 10 << 20) as usize
+    }
+
     /// A DataFusion memory pool of this size that spills fairly and names
     /// its largest consumers when it runs out.
     pub fn pool(&self) -> Arc<dyn MemoryPool> {

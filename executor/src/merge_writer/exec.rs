@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::{Distribution, EquivalenceProperties};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
@@ -20,12 +21,22 @@ use datafusion::physical_plan::{
 };
 use iceberg::spec::TableMetadata;
 use icemerge_proto::fragment;
+use icemerge_proto::merge_rows::FILE_COLUMN;
 
 use super::metrics::WriterMetrics;
 use super::sink::PartitionSink;
 use super::TargetFiles;
 use crate::file_io::file_io_from_props;
 use icemerge_proto::error::internal;
+
+/// Whether `input` comes sorted by the row id's data file.
+fn sorted_by_file(input: &Arc<dyn ExecutionPlan>) -> bool {
+    input
+        .output_ordering()
+        .map(|ordering| ordering.first())
+        .and_then(|first| first.expr.as_any().downcast_ref::<Column>())
+        .is_some_and(|column| column.name() == FILE_COLUMN)
+}
 
 /// Per-partition copy-on-write writer of a MERGE.
 #[derive(Debug, Clone)]
@@ -142,9 +153,11 @@ impl ExecutionPlan for CopyOnWriteWriterExec {
         let m = WriterMetrics::new(&self.metrics, partition);
         let targets = self.targets.clone();
         let table = self.table.clone();
+        let sorted = sorted_by_file(&self.input);
         let stream = futures::stream::once(async move {
             PartitionSink::try_new(table, metadata, file_io, prefix, batch_size, targets, m)
                 .await?
+                .with_input_sorted_by_file(sorted)
                 .run(input)
                 .await
         });

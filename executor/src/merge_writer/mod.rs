@@ -3,9 +3,13 @@
 //! a touched data file lands in the same partition): an operation, the row
 //! id (`_file`, `_pos`) and the new values of the target's columns. Inserted
 //! rows stream into new data files. Deletes and updates are collected per
-//! data file; at the end each touched file is read once and rewritten
-//! without its deleted rows and with its updated rows in place (file order
-//! kept); rows its delete files had removed stay removed. A file whose rows
+//! data file; each touched file is read once and rewritten without its
+//! deleted rows and with its updated rows in place (file order kept); rows
+//! its delete files had removed stay removed. The plan sorts the writer's
+//! input by data file (a sort that spills under the memory budget), so a
+//! file is rewritten as soon as a row of the next file arrives and the
+//! writer holds one file's changes at a time; an unsorted input is
+//! rewritten file by file at its end. A file whose rows
 //! are all deleted gets no replacement and, when
 //! its record count is known from the target scan, is not read at all. A
 //! target row acted on twice fails the statement (duplicate match). The

@@ -78,17 +78,15 @@ impl FileRewriter {
         }
     }
 
-    /// A loader of the delete files of `files` (the files to rewrite).
-    pub fn delete_loader<'a>(&self, files: impl IntoIterator<Item = &'a String>) -> DeleteLoader {
-        let with_deletes = files
-            .into_iter()
-            .filter(|f| self.file_deletes.contains_key(*f))
-            .cloned();
+    /// A loader of the delete files of the data files the target scan
+    /// reads (any may be rewritten); each delete file is read once, when a
+    /// file it applies to is rewritten.
+    pub fn delete_loader(&self) -> DeleteLoader {
         DeleteLoader::new(
             &self.table,
             self.file_io.clone(),
             self.schema.clone(),
-            with_deletes,
+            self.file_deletes.keys().cloned(),
         )
     }
 

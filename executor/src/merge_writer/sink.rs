@@ -1,8 +1,15 @@
 //! The writer of one partition of a MERGE: accepts merge rows (inserts are
 //! written at once; deletes and updates are gathered per data file, and a
-//! target row acted on twice fails the statement), then at the end rewrites
-//! every touched file and returns the partition's commit fragment; on any
-//! failure removes what it wrote.
+//! target row acted on twice fails the statement), rewrites the touched
+//! files and returns the partition's commit fragment; on any failure
+//! removes what it wrote.
+//!
+//! When its input comes sorted by data file (the plan sorts the exchange's
+//! output by `_file`, spilling under the memory budget), a file's changes
+//! are complete once a row of a later file arrives: the file is rewritten
+//! then, and its changes and the updated rows only it took are dropped, so
+//! the sink holds one file's changes at a time. Unsorted, every file is
+//! rewritten at the end.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -21,8 +28,10 @@ use super::merge_rows::{MergeRowReader, MergeRows};
 use super::metrics::WriterMetrics;
 use super::rewrite::{FileRewriter, RewriteOutput};
 use super::TargetFiles;
+use crate::deletes::DeleteLoader;
 use crate::iceberg_err;
 use crate::write_exec::TableFileWriter;
+use icemerge_proto::error::internal;
 
 /// Per-partition state of the copy-on-write writer.
 pub(super) struct PartitionSink {
@@ -32,8 +41,19 @@ pub(super) struct PartitionSink {
     reader: MergeRowReader,
     /// Per touched file: position → change (BTreeMap keeps file order).
     changes: BTreeMap<String, HashMap<i64, Change>>,
-    /// Batches holding updated rows (target columns only).
+    /// Batches holding updated rows (target columns only), by the index
+    /// changes name; those no change needs any more are emptied.
     kept: Vec<RecordBatch>,
+    /// Batches before this index are emptied.
+    kept_freed: usize,
+    /// The input comes sorted by data file.
+    sorted_by_file: bool,
+    /// The last file rewritten before the end (sorted input only).
+    last_rewritten: Option<String>,
+    /// Delete files of the files rewritten, each read once (made at the
+    /// first rewrite).
+    deletes: Option<DeleteLoader>,
+    removed: Vec<Fragment>,
     metrics: WriterMetrics,
 }
 
@@ -68,8 +88,19 @@ impl PartitionSink {
             reader,
             changes: BTreeMap::new(),
             kept: vec![],
+            kept_freed: 0,
+            sorted_by_file: false,
+            last_rewritten: None,
+            deletes: None,
+            removed: vec![],
             metrics,
         })
+    }
+
+    /// The same sink, told whether its input comes sorted by data file.
+    pub fn with_input_sorted_by_file(mut self, sorted: bool) -> Self {
+        self.sorted_by_file = sorted;
+        self
     }
 
     /// Consumes `input` and returns the encoded commit fragment; on failure,
@@ -92,7 +123,12 @@ impl PartitionSink {
     async fn accept(&mut self, batch: RecordBatch) -> Result<()> {
         let rows = self.reader.read(&batch)?;
         self.write_inserts(&rows).await?;
-        self.gather_changes(&rows)
+        let last_file = self.gather_changes(&rows)?;
+        match last_file {
+            // Every file before the batch's last one is complete.
+            Some(last) if self.sorted_by_file => self.rewrite_before(&last).await,
+            _ => Ok(()),
+        }
     }
 
     /// Inserted rows go straight to the file writer.
@@ -105,15 +141,28 @@ impl PartitionSink {
     }
 
     /// Deletes and updates, recorded per data file and position; a position
-    /// acted on twice is a duplicate match.
-    fn gather_changes(&mut self, rows: &MergeRows) -> Result<()> {
+    /// acted on twice is a duplicate match. Returns the data file of the
+    /// batch's last change.
+    fn gather_changes(&mut self, rows: &MergeRows) -> Result<Option<String>> {
         let mut kept_index = None;
+        let mut last_file: Option<&str> = None;
         for i in 0..rows.ops.len() {
             let op = match rows.op(i) {
                 Some(op @ (MergeOp::Delete | MergeOp::Update)) => op,
                 _ => continue,
             };
             let (file, pos) = rows.row_id(i)?;
+            if self
+                .last_rewritten
+                .as_deref()
+                .is_some_and(|done| file <= done)
+            {
+                return Err(internal(format!(
+                    "MERGE: a change to data file {file} arrived after the file was rewritten \
+                     (the writer's input is not sorted by data file)"
+                )));
+            }
+            last_file = Some(file);
             let change = if op == MergeOp::Delete {
                 Change::Delete
             } else {
@@ -128,24 +177,65 @@ impl PartitionSink {
                 return Err(rows.duplicate_match(i, file, pos));
             }
         }
+        Ok(last_file.map(str::to_string))
+    }
+
+    /// Rewrites the touched files whose paths sort before `file` (their
+    /// changes are complete when the input is sorted by file), then empties
+    /// the kept batches no remaining change takes rows from.
+    async fn rewrite_before(&mut self, file: &str) -> Result<()> {
+        let rest = self.changes.split_off(file);
+        let done = std::mem::replace(&mut self.changes, rest);
+        if done.is_empty() {
+            return Ok(());
+        }
+        for (path, changes) in &done {
+            self.rewrite_file(path, changes).await?;
+        }
+        self.last_rewritten = done.keys().next_back().cloned();
+        drop(done);
+        let needed = self
+            .changes
+            .values()
+            .flat_map(|c| c.values())
+            .filter_map(|c| match c {
+                Change::Update { batch, .. } => Some(*batch),
+                Change::Delete => None,
+            })
+            .min()
+            .unwrap_or(self.kept.len());
+        for batch in &mut self.kept[self.kept_freed..needed] {
+            *batch = RecordBatch::new_empty(batch.schema());
+        }
+        self.kept_freed = self.kept_freed.max(needed);
         Ok(())
     }
 
-    /// Rewrites every touched file (in path order) and returns the fragment:
-    /// added files, removed files, counters.
+    /// Rewrites one touched file with its changes.
+    async fn rewrite_file(&mut self, file: &str, changes: &HashMap<i64, Change>) -> Result<()> {
+        let deletes = self
+            .deletes
+            .get_or_insert_with(|| self.rewriter.delete_loader());
+        let out = RewriteOutput {
+            writer: &mut self.writer,
+            kept: &self.kept,
+            metrics: &self.metrics,
+        };
+        self.rewriter.rewrite(file, changes, deletes, out).await?;
+        self.removed.push(Fragment::RemovedFile {
+            path: file.to_string(),
+        });
+        Ok(())
+    }
+
+    /// Rewrites every touched file not rewritten yet (in path order) and
+    /// returns the fragment: added files, removed files, counters.
     async fn finish(&mut self) -> Result<Vec<Fragment>> {
         let changes = std::mem::take(&mut self.changes);
-        let deletes = self.rewriter.delete_loader(changes.keys());
-        let mut removed = vec![];
         for (file, changes) in &changes {
-            let out = RewriteOutput {
-                writer: &mut self.writer,
-                kept: &self.kept,
-                metrics: &self.metrics,
-            };
-            self.rewriter.rewrite(file, changes, &deletes, out).await?;
-            removed.push(Fragment::RemovedFile { path: file.clone() });
+            self.rewrite_file(file, changes).await?;
         }
+        let removed = std::mem::take(&mut self.removed);
         let added = self.writer.close().await?;
         self.metrics.files_added.add(added.len());
         self.metrics

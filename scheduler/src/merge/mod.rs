@@ -36,10 +36,13 @@ mod outcome;
 
 use std::sync::Arc;
 
+use arrow::compute::SortOptions;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
@@ -49,7 +52,8 @@ use icemerge_planner::merge::{
 };
 use icemerge_planner::source_keys::source_key_probe;
 use icemerge_planner::write_mode::{mode_of, WriteMode};
-use icemerge_proto::merge_rows::ROUTE_COLUMN;
+use icemerge_proto::error::internal;
+use icemerge_proto::merge_rows::{FILE_COLUMN, ROUTE_COLUMN};
 
 use crate::catalog::IcebergTableProvider;
 use crate::commit::{
@@ -201,6 +205,7 @@ pub async fn plan_merge(
         mode,
         classified,
         writers,
+        !bound.insert_only,
         targets,
         WriterTable {
             name: &table_name,
@@ -234,11 +239,15 @@ struct WriterTable<'a> {
 
 /// Stage D: the exchange that sends every merge row of one data file to one
 /// writer (inserts, which have no file, spread by the route column), and
-/// the writer of the table's write mode on top.
+/// the writer of the table's write mode on top. A copy-on-write writer of a
+/// merge that changes target rows gets its rows sorted by data file (a
+/// sort that spills under the memory budget), so it rewrites each file as
+/// soon as its changes are complete and holds one file's changes at a time.
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
     writers: usize,
+    changes_rows: bool,
     targets: TargetFiles,
     table: WriterTable<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -253,10 +262,26 @@ fn writer_stage(
     let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
     let write_id = table.write_id.to_string();
     Ok(match mode {
-        WriteMode::CopyOnWrite => Arc::new(
-            CopyOnWriteWriterExec::new(name, metadata, table.file_io_props, write_id, exchange)
-                .with_targets(targets),
-        ),
+        WriteMode::CopyOnWrite => {
+            let input: Arc<dyn ExecutionPlan> = if changes_rows {
+                let file = exchange.schema().index_of(FILE_COLUMN)?;
+                let ordering = LexOrdering::new([PhysicalSortExpr::new(
+                    Arc::new(Column::new(FILE_COLUMN, file)),
+                    SortOptions {
+                        descending: false,
+                        nulls_first: true,
+                    },
+                )])
+                .ok_or_else(|| internal("MERGE: no sort by data file"))?;
+                Arc::new(SortExec::new(ordering, exchange).with_preserve_partitioning(true))
+            } else {
+                exchange
+            };
+            Arc::new(
+                CopyOnWriteWriterExec::new(name, metadata, table.file_io_props, write_id, input)
+                    .with_targets(targets),
+            )
+        }
         WriteMode::MergeOnRead => Arc::new(MergeOnReadWriterExec::new(
             name,
             metadata,

@@ -130,6 +130,7 @@ impl Session {
                 (config, Engine::Cluster(Arc::new(cluster)))
             }
         };
+        let config = with_spill_reservation(config, &budget, target_partitions);
         let words = format!("the memory budget of {budget} (--memory-limit)");
         Self::open_with_engine(&options, config, engine, runtime, words).await
     }
@@ -148,6 +149,7 @@ impl Session {
         let config = session_config(target_partitions);
         let budget = options.memory_limit.unwrap_or_default();
         let runtime = budget_runtime(&budget)?;
+        let config = with_spill_reservation(config, &budget, target_partitions);
         let words = format!(
             "the memory budget (the coordinator's {budget}; each executor's --memory-limit, \
              shared among its task slots)"
@@ -488,6 +490,18 @@ fn overwritten_table(plan: &LogicalPlan) -> Result<Option<iceberg::table::Table>
             dml.table_name
         ))),
     }
+}
+
+/// `config` with its sorts keeping back no more for their spill merges than
+/// `budget` leaves `partitions` sorts running at once.
+fn with_spill_reservation(
+    mut config: SessionConfig,
+    budget: &MemoryBudget,
+    partitions: usize,
+) -> SessionConfig {
+    config.options_mut().execution.sort_spill_reservation_bytes =
+        budget.sort_spill_reservation(partitions);
+    config
 }
 
 fn budget_runtime(budget: &MemoryBudget) -> Result<Arc<RuntimeEnv>> {

@@ -489,8 +489,8 @@ fn the_live_page_lists_what_the_cli_sent() {
     assert_eq!(
         kinds,
         [
-            "scan_target",
             "scan_source",
+            "scan_target",
             "join",
             "merge_writer",
             "commit"

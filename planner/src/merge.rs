@@ -796,9 +796,17 @@ pub fn classify_sql(
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
     let rows = if bound.kind == RowLevelKind::Merge {
+        // The source comes first: a hash join builds on its first input
+        // unless statistics show that one is the larger, and a MERGE's
+        // source is usually far smaller than its target.
+        let source_first = match bound.join_type {
+            "RIGHT" => "LEFT",
+            "LEFT" => "RIGHT",
+            same => same,
+        };
         format!(
-            "{target_relation} AS {t} {} JOIN (SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} ON {}",
-            bound.join_type, merge.on
+            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} {source_first} JOIN {target_relation} AS {t} ON {}",
+            merge.on
         )
     } else {
         // UPDATE / DELETE: the target rows their WHERE selects, no join.
@@ -1017,7 +1025,7 @@ mod tests {
         let update = sql.find("THEN 3").unwrap();
         let insert = sql.find("THEN 1").unwrap();
         assert!(delete < update && update < insert, "{sql}");
-        assert!(sql.contains("RIGHT JOIN"), "{sql}");
+        assert!(sql.contains(") AS \"s\" LEFT JOIN target_rel"), "{sql}");
         assert!(
             sql.contains("'id=' || COALESCE(CAST(\"t\".\"id\" AS VARCHAR), 'NULL')"),
             "{sql}"

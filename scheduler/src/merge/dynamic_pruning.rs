@@ -192,12 +192,13 @@ pub(super) fn is_volatile(plan: &LogicalPlan) -> Result<bool> {
     Ok(volatile)
 }
 
-/// The source side of the merge's join (the first join of the plan).
+/// The source side of the merge's join (the first join of the plan; the
+/// source is its left input, `icemerge_planner::merge::classify_sql`).
 pub(super) fn join_source(plan: &LogicalPlan) -> Result<LogicalPlan> {
     let mut source = None;
     plan.apply(|node| {
         if let LogicalPlan::Join(join) = node {
-            source = Some(join.right.as_ref().clone());
+            source = Some(join.left.as_ref().clone());
             return Ok(TreeNodeRecursion::Stop);
         }
         Ok(TreeNodeRecursion::Continue)

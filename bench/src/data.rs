@@ -206,6 +206,14 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// `rows` in `files`, refused when a file would get fewer than 8 rows.
+    pub fn checked(rows: u64, files: u64) -> anyhow::Result<Layout> {
+        if files == 0 || rows < files * 8 {
+            anyhow::bail!("need --files > 0 and at least 8 rows per file");
+        }
+        Ok(Layout { rows, files })
+    }
+
     pub fn per_file(&self) -> u64 {
         self.rows.div_ceil(self.files)
     }

@@ -57,3 +57,19 @@ pub fn measure(files: &[PathBuf], scratch: &Path, threads: usize) -> Result<(f64
     let _ = std::fs::remove_dir_all(scratch);
     Ok((seconds, written))
 }
+
+/// `runs` measurements of `files` on every core, in a scratch directory
+/// under `work`: their seconds, and the bytes the last wrote.
+pub fn measure_runs(files: &[PathBuf], work: &Path, runs: usize) -> Result<(Vec<f64>, u64)> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(2);
+    let mut seconds = vec![];
+    let mut bytes = 0;
+    for _ in 0..runs {
+        let (s, b) = measure(files, &work.join("floor-scratch"), threads)?;
+        seconds.push(s);
+        bytes = b;
+    }
+    Ok((seconds, bytes))
+}

@@ -114,6 +114,37 @@ pub(crate) async fn open(
     .await?)
 }
 
+/// Loads `db.t` from the generated target files, one INSERT (one data
+/// file) each.
+pub(crate) async fn load_files(session: &Session, dir: &Path, files: u64) -> Result<()> {
+    for f in 0..files {
+        session
+            .execute_one(&format!(
+                "INSERT INTO db.t SELECT * FROM read_parquet('{}')",
+                target_file(dir, f).display()
+            ))
+            .await?;
+    }
+    Ok(())
+}
+
+/// The session of `engine` on `warehouse`: `local` itself, or a cluster
+/// opened once `local` is closed.
+pub(crate) async fn engine_session(
+    local: Session,
+    warehouse: &Path,
+    engine: Engine,
+    executors: usize,
+) -> Result<Session> {
+    Ok(match engine {
+        Engine::Local => local,
+        Engine::Cluster => {
+            drop(local);
+            open(warehouse, EngineKind::Cluster, executors).await?
+        }
+    })
+}
+
 /// The first row of a result as a JSON object.
 pub(crate) fn first_row(out: &StatementOutput) -> Map<String, Value> {
     let mut row = Map::new();
@@ -144,22 +175,9 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
             args.mode.properties()
         ))
         .await?;
-    for f in 0..args.files {
-        local
-            .execute_one(&format!(
-                "INSERT INTO db.t SELECT * FROM read_parquet('{}')",
-                target_file(&args.target_dir, f).display()
-            ))
-            .await?;
-    }
+    load_files(&local, &args.target_dir, args.files).await?;
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let session = match args.engine {
-        Engine::Local => local,
-        Engine::Cluster => {
-            drop(local);
-            open(&args.warehouse, EngineKind::Cluster, args.executors).await?
-        }
-    };
+    let session = engine_session(local, &args.warehouse, args.engine, args.executors).await?;
     let reset = process::reset_peak_rss();
     let sql = if args.explain_analyze {
         format!("EXPLAIN ANALYZE {}", args.sql)

@@ -287,19 +287,7 @@ async fn run_case(
             .iter()
             .map(|&f| target_file(&target_dir, f))
             .collect();
-        let mut runs = vec![];
-        let mut bytes = 0;
-        for _ in 0..args.runs {
-            let (s, b) = floor::measure(
-                &files,
-                &args.work_dir.join("floor-scratch"),
-                std::thread::available_parallelism()
-                    .map(|n| n.get())
-                    .unwrap_or(2),
-            )?;
-            runs.push(s);
-            bytes = b;
-        }
+        let (runs, bytes) = floor::measure_runs(&files, &args.work_dir, args.runs)?;
         eprintln!(
             "  floor: {} files, median {:.3}s",
             files.len(),
@@ -416,14 +404,8 @@ async fn run(args: Args) -> Result<()> {
         }
         return Ok(());
     }
-    if args.files == 0 || args.rows < args.files * 8 {
-        bail!("need --files > 0 and at least 8 rows per file");
-    }
+    let layout = Layout::checked(args.rows, args.files)?;
     std::fs::create_dir_all(&args.work_dir)?;
-    let layout = Layout {
-        rows: args.rows,
-        files: args.files,
-    };
     let all = cases::all(layout);
     let gen = local_session(&args.work_dir.join("gen-warehouse")).await?;
 

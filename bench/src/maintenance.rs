@@ -29,7 +29,7 @@ use icemerge_scheduler::EngineKind;
 use serde_json::{json, Value};
 
 use crate::data::{self, ddl_columns, target_file, Layout};
-use crate::icemerge::{first_row, open, Engine};
+use crate::icemerge::{engine_session, first_row, load_files, open, Engine};
 use crate::report::median;
 use crate::{commit, floor, local_session, process};
 
@@ -101,14 +101,7 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
                     ddl_columns()
                 ))
                 .await?;
-            for f in 0..args.files {
-                local
-                    .execute_one(&format!(
-                        "INSERT INTO db.t SELECT * FROM read_parquet('{}')",
-                        target_file(&args.target_dir, f).display()
-                    ))
-                    .await?;
-            }
+            load_files(&local, &args.target_dir, args.files).await?;
             ("db.t", "CALL system.rewrite_data_files(table => 'db.t')")
         }
         Job::Expire => {
@@ -129,13 +122,7 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
         }
     };
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let session = match args.engine {
-        Engine::Local => local,
-        Engine::Cluster => {
-            drop(local);
-            open(&args.warehouse, EngineKind::Cluster, args.executors).await?
-        }
-    };
+    let session = engine_session(local, &args.warehouse, args.engine, args.executors).await?;
     let start = Instant::now();
     let out = session.execute_one(call).await?;
     let seconds = start.elapsed().as_secs_f64();
@@ -214,14 +201,8 @@ fn run_child(args: &MaintenanceArgs, job: Job, engine: Engine, target: &Path) ->
 
 /// Runs the maintenance benchmarks and writes their report section.
 pub async fn run(args: MaintenanceArgs) -> Result<()> {
-    if args.files == 0 || args.rows < args.files * 8 {
-        bail!("need --files > 0 and at least 8 rows per file");
-    }
+    let layout = Layout::checked(args.rows, args.files)?;
     std::fs::create_dir_all(&args.work_dir)?;
-    let layout = Layout {
-        rows: args.rows,
-        files: args.files,
-    };
     let target = args
         .work_dir
         .join(format!("data-{}-{}", layout.rows, layout.files))
@@ -234,17 +215,7 @@ pub async fn run(args: MaintenanceArgs) -> Result<()> {
         .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
         .sum();
 
-    let mut floor_runs = vec![];
-    for _ in 0..args.runs {
-        let (s, _) = floor::measure(
-            &inputs,
-            &args.work_dir.join("floor-scratch"),
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(2),
-        )?;
-        floor_runs.push(s);
-    }
+    let (floor_runs, _) = floor::measure_runs(&inputs, &args.work_dir, args.runs)?;
     let floor = median(floor_runs).unwrap_or(0.0);
     eprintln!("floor: {} files, median {floor:.3}s", args.files);
 

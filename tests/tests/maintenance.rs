@@ -78,6 +78,27 @@ fn strings(value: &serde_json::Value) -> BTreeSet<String> {
 }
 
 /// Snapshot ids in commit order.
+/// The data and delete files under `table`'s location, asserted to be
+/// exactly those PyIceberg says the table's snapshots reach; returned.
+async fn data_files_match_the_reachable(
+    session: &Session,
+    wh: &str,
+    table: &str,
+    what: &str,
+) -> BTreeSet<String> {
+    let dir = table_dir(session, table).await;
+    let view = run_python(
+        "maintenance_files.py",
+        &["reach", "--warehouse", wh, "--table", table],
+    );
+    let on_disk: BTreeSet<String> = files_under(&dir)
+        .into_iter()
+        .filter(|f| f.contains("/data/"))
+        .collect();
+    assert_eq!(on_disk, strings(&view["content_files"]), "{what}");
+    on_disk
+}
+
 async fn snapshot_ids(session: &Session, table: &str) -> Vec<String> {
     let (ns, t) = table.split_once('.').unwrap();
     query(
@@ -274,15 +295,7 @@ async fn expire_keeps_exactly_what_retained_snapshots_reach() {
         .await;
         assert_eq!(out[0][4], "1", "{engine:?}: its manifest list: {out:?}");
         assert_eq!(snapshot_ids(&session, "db.t").await, ids[4..].to_vec());
-        let view = run_python(
-            "maintenance_files.py",
-            &["reach", "--warehouse", &wh, "--table", "db.t"],
-        );
-        let data_on_disk: BTreeSet<String> = files_under(&table)
-            .into_iter()
-            .filter(|f| f.contains("/data/"))
-            .collect();
-        assert_eq!(data_on_disk, strings(&view["content_files"]), "{engine:?}");
+        data_files_match_the_reachable(&session, &wh, "db.t", &format!("{engine:?}")).await;
         assert_eq!(
             query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
             *before.last().unwrap()
@@ -575,29 +588,60 @@ fn sorted_rows(out: &serde_json::Value) -> Vec<(i64, String)> {
     rows
 }
 
+/// The script of a merge-on-read table `db.c (id, v)` loaded as `files`
+/// small files of `rows` rows each (`v` = `value`, where `{i}` is the
+/// file's number), then given position deletes by a DELETE (ids ending in
+/// 3) and an UPDATE (`v` = 'u' for multiples of 7).
+fn small_files_with_deletes(files: usize, rows: usize, value: &str) -> String {
+    let mut script = String::from(
+        "CREATE SCHEMA db; CREATE TABLE db.c (id BIGINT, v STRING) TBLPROPERTIES (
+           'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read',
+           'write.delete.mode' = 'merge-on-read');",
+    );
+    for i in 0..files {
+        script.push_str(&format!(
+            "INSERT INTO db.c SELECT value, {} FROM generate_series({}, {});",
+            value.replace("{i}", &i.to_string()),
+            i * rows,
+            i * rows + rows - 1
+        ));
+    }
+    script.push_str(
+        "DELETE FROM db.c WHERE id % 10 = 3;
+         UPDATE db.c SET v = 'u' WHERE id % 7 = 0;",
+    );
+    script
+}
+
+/// Asserts that PyIceberg reads exactly `rows` (`id`, `v`, as icemerge
+/// printed them) from `table`; returns them typed.
+fn pyiceberg_reads(wh: &str, table: &str, rows: &[Vec<String>], what: &str) -> Vec<(i64, String)> {
+    let expected: Vec<(i64, String)> = rows
+        .iter()
+        .map(|r| (r[0].parse().unwrap(), r[1].clone()))
+        .collect();
+    let py = run_python(
+        "pyiceberg_interop.py",
+        &["read", "--warehouse", wh, "--table", table],
+    );
+    assert_eq!(
+        sorted_rows(&py),
+        expected,
+        "{what}: PyIceberg reads the same rows"
+    );
+    expected
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
     for engine in ENGINES {
         let dir = tempfile::tempdir().unwrap();
         let wh = dir.path().to_str().unwrap().to_string();
         let session = open_session(dir.path(), engine).await;
-        let mut script = String::from(
-            "CREATE SCHEMA db; CREATE TABLE db.c (id BIGINT, v STRING) TBLPROPERTIES (
-               'write.merge.mode' = 'merge-on-read', 'write.update.mode' = 'merge-on-read',
-               'write.delete.mode' = 'merge-on-read');",
-        );
-        for i in 0..40 {
-            script.push_str(&format!(
-                "INSERT INTO db.c SELECT value, 'v{i}' FROM generate_series({}, {});",
-                i * 5,
-                i * 5 + 4
-            ));
-        }
-        script.push_str(
-            "DELETE FROM db.c WHERE id % 10 = 3;
-             UPDATE db.c SET v = 'u' WHERE id % 7 = 0;",
-        );
-        session.execute(&script).await.unwrap();
+        session
+            .execute(&small_files_with_deletes(40, 5, "'v{i}'"))
+            .await
+            .unwrap();
         let files = |rows: Vec<Vec<String>>| -> (u64, u64) {
             let count = |c: &str| {
                 rows.iter()
@@ -633,19 +677,7 @@ async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
         )
         .await;
         assert_eq!(last, vec![vec!["replace"]]);
-        let expected: Vec<(i64, String)> = before
-            .iter()
-            .map(|r| (r[0].parse().unwrap(), r[1].clone()))
-            .collect();
-        let py = run_python(
-            "pyiceberg_interop.py",
-            &["read", "--warehouse", &wh, "--table", "db.c"],
-        );
-        assert_eq!(
-            sorted_rows(&py),
-            expected,
-            "{engine:?}: PyIceberg reads the same rows"
-        );
+        pyiceberg_reads(&wh, "db.c", &before, &format!("{engine:?}"));
 
         // More rows, then a small target size: several files, the rows
         // unchanged.
@@ -657,10 +689,6 @@ async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
             .await
             .unwrap();
         let before = query(&session, rows_sql).await;
-        let expected: Vec<(i64, String)> = before
-            .iter()
-            .map(|r| (r[0].parse().unwrap(), r[1].clone()))
-            .collect();
         let bytes: u64 = query(
             &session,
             "SELECT sum(file_size_in_bytes) FROM db.\"c$files\"",
@@ -688,22 +716,10 @@ async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
             "CALL system.expire_snapshots(table => 'db.c', older_than => TIMESTAMP '2999-01-01 00:00:00')",
         )
         .await;
-        let table = table_dir(&session, "db.c").await;
-        let on_disk: BTreeSet<String> = files_under(&table)
-            .into_iter()
-            .filter(|f| f.contains("/data/"))
-            .collect();
-        let view = run_python(
-            "maintenance_files.py",
-            &["reach", "--warehouse", &wh, "--table", "db.c"],
-        );
-        assert_eq!(on_disk, strings(&view["content_files"]), "{engine:?}");
+        let on_disk =
+            data_files_match_the_reachable(&session, &wh, "db.c", &format!("{engine:?}")).await;
         assert_eq!(on_disk.len() as u64, added);
-        let py = run_python(
-            "pyiceberg_interop.py",
-            &["read", "--warehouse", &wh, "--table", "db.c"],
-        );
-        assert_eq!(sorted_rows(&py), expected, "{engine:?}");
+        pyiceberg_reads(&wh, "db.c", &before, &format!("{engine:?}"));
     }
 }
 
@@ -776,21 +792,14 @@ async fn compaction_and_a_merge_committing_at_once() {
             vec![vec!["30", "10"]],
             "{engine:?}"
         );
-        let table = table_dir(&session, "db.t").await;
         let wh = dir.path().to_str().unwrap();
-        let view = run_python(
-            "maintenance_files.py",
-            &["reach", "--warehouse", wh, "--table", "db.t"],
-        );
-        let on_disk: BTreeSet<String> = files_under(&table)
-            .into_iter()
-            .filter(|f| f.contains("/data/"))
-            .collect();
-        assert_eq!(
-            on_disk,
-            strings(&view["content_files"]),
-            "{engine:?}: the rewrite left no file"
-        );
+        data_files_match_the_reachable(
+            &session,
+            wh,
+            "db.t",
+            &format!("{engine:?}: the rewrite left no file"),
+        )
+        .await;
         // Run again (without the pause), it compacts.
         let session = open_session(dir.path(), engine).await;
         let out = query(&session, COMPACT).await;
@@ -888,16 +897,7 @@ async fn a_concurrent_commit_drops_only_the_groups_it_changed() {
             "{engine:?}: the merge's update stays"
         );
         // No file of the failed group is left behind.
-        let table = table_dir(&session, "db.p").await;
-        let view = run_python(
-            "maintenance_files.py",
-            &["reach", "--warehouse", &wh, "--table", "db.p"],
-        );
-        let on_disk: BTreeSet<String> = files_under(&table)
-            .into_iter()
-            .filter(|f| f.contains("/data/"))
-            .collect();
-        assert_eq!(on_disk, strings(&view["content_files"]), "{engine:?}");
+        data_files_match_the_reachable(&session, &wh, "db.p", &format!("{engine:?}")).await;
 
         // An INSERT committing meanwhile: both groups commit, its rows stay.
         let dir = tempfile::tempdir().unwrap();
@@ -932,23 +932,14 @@ async fn compacted_small_files_read_the_same_in_every_engine() {
     let dir = tempfile::tempdir().unwrap();
     let wh = dir.path().to_str().unwrap().to_string();
     let session = open_session(dir.path(), EngineKind::Local).await;
-    let mut script = String::from(
-        "CREATE SCHEMA db; CREATE TABLE db.c (id BIGINT, v STRING) TBLPROPERTIES (
-           'write.update.mode' = 'merge-on-read', 'write.delete.mode' = 'merge-on-read');",
-    );
-    for i in 0..200 {
-        script.push_str(&format!(
-            "INSERT INTO db.c SELECT value, concat('row-', CAST(value AS VARCHAR), '-{i}') \
-             FROM generate_series({}, {});",
-            i * 50,
-            i * 50 + 49
-        ));
-    }
-    script.push_str(
-        "DELETE FROM db.c WHERE id % 10 = 3;
-         UPDATE db.c SET v = 'updated' WHERE id % 7 = 0;",
-    );
-    session.execute(&script).await.unwrap();
+    session
+        .execute(&small_files_with_deletes(
+            200,
+            50,
+            "concat('row-', CAST(value AS VARCHAR), '-{i}')",
+        ))
+        .await
+        .unwrap();
     let kinds = "SELECT content, count(*) FROM db.\"c$files\" GROUP BY content ORDER BY content";
     let before = query(&session, kinds).await;
     assert_eq!(before[0][0], "0");
@@ -991,15 +982,7 @@ async fn compacted_small_files_read_the_same_in_every_engine() {
         "{sizes:?} against {target}"
     );
     assert_eq!(query(&session, rows_sql).await, rows, "icemerge");
-    let expected: Vec<(i64, String)> = rows
-        .iter()
-        .map(|r| (r[0].parse().unwrap(), r[1].clone()))
-        .collect();
-    let py = run_python(
-        "pyiceberg_interop.py",
-        &["read", "--warehouse", &wh, "--table", "db.c"],
-    );
-    assert_eq!(sorted_rows(&py), expected, "PyIceberg");
+    let expected = pyiceberg_reads(&wh, "db.c", &rows, "compacted");
     let duck = run_python(
         "merge_interop.py",
         &["duckdb", "--warehouse", &wh, "--table", "db.c"],

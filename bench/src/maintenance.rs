@@ -1,7 +1,7 @@
 //! `icemerge-bench maintenance`: table maintenance figures beside their
 //! floor, in one run.
 //!
-//! - Compaction: the generated `web_returns` rows loaded as many small data
+//! - Compaction (at each of `--rows`): the generated `web_returns` rows loaded as many small data
 //!   files (one INSERT per file, `--files`, default 400), then
 //!   `CALL system.rewrite_data_files` with its defaults (every file is
 //!   below the default minimum size, so all are rewritten into files of the
@@ -36,9 +36,9 @@ use crate::{commit, floor, local_session, process};
 /// Arguments of `icemerge-bench maintenance`.
 #[derive(ClapArgs, Debug, Clone)]
 pub struct MaintenanceArgs {
-    /// Rows of the compacted table.
-    #[arg(long, default_value_t = 1_000_000)]
-    rows: u64,
+    /// Rows of the compacted table, comma separated for several scales.
+    #[arg(long, default_value = "1000000", value_delimiter = ',')]
+    rows: Vec<u64>,
     /// Small data files the compacted table is loaded as.
     #[arg(long, default_value_t = 400)]
     files: u64,
@@ -158,7 +158,13 @@ struct Timed {
     files_after: u64,
 }
 
-fn run_child(args: &MaintenanceArgs, job: Job, engine: Engine, target: &Path) -> Result<Timed> {
+fn run_child(
+    args: &MaintenanceArgs,
+    job: Job,
+    engine: Engine,
+    target: &Path,
+    files: u64,
+) -> Result<Timed> {
     let warehouse = tempfile::Builder::new()
         .prefix("wh-maintenance-")
         .tempdir_in(&args.work_dir)?;
@@ -176,7 +182,7 @@ fn run_child(args: &MaintenanceArgs, job: Job, engine: Engine, target: &Path) ->
         ])
         .arg("--target-dir")
         .arg(target)
-        .args(["--files", &args.files.to_string()])
+        .args(["--files", &files.to_string()])
         .args(["--snapshots", &args.snapshots.to_string()])
         .args(["--engine", engine.name()])
         .args(["--executors", &args.executors.to_string()]);
@@ -199,35 +205,126 @@ fn run_child(args: &MaintenanceArgs, job: Job, engine: Engine, target: &Path) ->
     })
 }
 
+/// One line of the report: console and Markdown.
+struct Line {
+    name: &'static str,
+    engine: Engine,
+    input: String,
+    seconds: f64,
+    floor: Option<f64>,
+    rss: f64,
+    result: String,
+}
+
+/// Times `job` `args.runs` times on `engine` (the table loaded from the
+/// `files` files in `target`, for compaction, whose rows must stay
+/// `rows`): the medians.
+fn measure(
+    args: &MaintenanceArgs,
+    job: Job,
+    engine: Engine,
+    target: &Path,
+    files: u64,
+    rows: u64,
+) -> Result<(f64, f64, String)> {
+    let mut runs = vec![];
+    for i in 0..args.runs {
+        let t = run_child(args, job, engine, target, files)?;
+        if job == Job::Compact && t.rows_after != rows {
+            bail!(
+                "compaction changed the row count: {} rows after, {rows} before",
+                t.rows_after
+            );
+        }
+        eprintln!(
+            "{job:?} {} run {i}: {:.3}s rss {} MiB {:?}, {} files after",
+            engine.name(),
+            t.seconds,
+            t.peak_rss / 1048576,
+            t.result,
+            t.files_after
+        );
+        runs.push(t);
+    }
+    let seconds = median(runs.iter().map(|r| r.seconds).collect()).unwrap_or(0.0);
+    let rss = median(runs.iter().map(|r| r.peak_rss as f64).collect()).unwrap_or(0.0);
+    let result = runs[0]
+        .result
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Ok((seconds, rss, result))
+}
+
 /// Runs the maintenance benchmarks and writes their report section.
 pub async fn run(args: MaintenanceArgs) -> Result<()> {
-    let layout = Layout::checked(args.rows, args.files)?;
     std::fs::create_dir_all(&args.work_dir)?;
-    let target = args
-        .work_dir
-        .join(format!("data-{}-{}", layout.rows, layout.files))
-        .join("target");
     let gen = local_session(&args.work_dir.join("gen-warehouse")).await?;
-    data::write_target(&gen, layout, &target).await?;
-    let inputs: Vec<PathBuf> = (0..args.files).map(|f| target_file(&target, f)).collect();
-    let input_bytes: u64 = inputs
+    let mut lines = vec![];
+    for &rows in &args.rows {
+        let layout = Layout::checked(rows, args.files)?;
+        let target = args
+            .work_dir
+            .join(format!("data-{}-{}", layout.rows, layout.files))
+            .join("target");
+        data::write_target(&gen, layout, &target).await?;
+        let inputs: Vec<PathBuf> = (0..args.files).map(|f| target_file(&target, f)).collect();
+        let input_bytes: u64 = inputs
+            .iter()
+            .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .sum();
+        let (floor_runs, _) = floor::measure_runs(&inputs, &args.work_dir, args.runs)?;
+        let floor = median(floor_runs).unwrap_or(0.0);
+        eprintln!(
+            "{rows} rows: floor of {} files, median {floor:.3}s",
+            args.files
+        );
+        for &engine in &args.engines {
+            let (seconds, rss, result) =
+                measure(&args, Job::Compact, engine, &target, args.files, rows)?;
+            lines.push(Line {
+                name: "rewrite_data_files",
+                engine,
+                input: format!(
+                    "{rows} rows in {} files, {:.1} MB",
+                    args.files,
+                    input_bytes as f64 / 1e6
+                ),
+                seconds,
+                floor: Some(floor),
+                rss,
+                result,
+            });
+        }
+    }
+    for &engine in &args.engines {
+        let (seconds, rss, result) = measure(&args, Job::Expire, engine, Path::new("."), 0, 0)?;
+        lines.push(Line {
+            name: "expire_snapshots",
+            engine,
+            input: format!("{} snapshots of a 1,000-row table", args.snapshots + 1),
+            seconds,
+            floor: None,
+            rss,
+            result,
+        });
+    }
+
+    let rows = args
+        .rows
         .iter()
-        .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
-        .sum();
-
-    let (floor_runs, _) = floor::measure_runs(&inputs, &args.work_dir, args.runs)?;
-    let floor = median(floor_runs).unwrap_or(0.0);
-    eprintln!("floor: {} files, median {floor:.3}s", args.files);
-
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
     let mut md = String::new();
     let _ = writeln!(
         md,
-        "### Maintenance\n\nCommit {}, {}. Command: `icemerge-bench maintenance --rows {} \
+        "### Maintenance\n\nCommit {}, {}. Command: `icemerge-bench maintenance --rows {rows} \
          --files {} --snapshots {} --runs {}`; medians of {} runs, each in a child process \
          on a fresh table.\n",
         commit(),
         crate::command_output("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
-        args.rows,
         args.files,
         args.snapshots,
         args.runs,
@@ -242,77 +339,33 @@ pub async fn run(args: MaintenanceArgs) -> Result<()> {
     console.set_header(vec![
         "procedure",
         "engine",
+        "input",
         "s",
         "floor s",
         "ratio",
         "RSS MiB",
         "result",
     ]);
-    for &engine in &args.engines {
-        for job in [Job::Compact, Job::Expire] {
-            let mut runs = vec![];
-            for i in 0..args.runs {
-                let t = run_child(&args, job, engine, &target)?;
-                if job == Job::Compact && t.rows_after != args.rows {
-                    bail!(
-                        "compaction changed the row count: {} rows after, {} before",
-                        t.rows_after,
-                        args.rows
-                    );
-                }
-                eprintln!(
-                    "{job:?} {} run {i}: {:.3}s rss {} MiB {:?}, {} files after",
-                    engine.name(),
-                    t.seconds,
-                    t.peak_rss / 1048576,
-                    t.result,
-                    t.files_after
-                );
-                runs.push(t);
-            }
-            let seconds = median(runs.iter().map(|r| r.seconds).collect()).unwrap_or(0.0);
-            let rss = median(runs.iter().map(|r| r.peak_rss as f64).collect()).unwrap_or(0.0);
-            let result = runs[0]
-                .result
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            let (name, input, floor_s, ratio) = match job {
-                Job::Compact => (
-                    "rewrite_data_files",
-                    format!(
-                        "{} rows in {} files, {:.1} MB",
-                        args.rows,
-                        args.files,
-                        input_bytes as f64 / 1e6
-                    ),
-                    format!("{floor:.3}"),
-                    format!("{:.2}", seconds / floor.max(1e-9)),
-                ),
-                Job::Expire => (
-                    "expire_snapshots",
-                    format!("{} snapshots of a 1,000-row table", args.snapshots + 1),
-                    "—".to_string(),
-                    "—".to_string(),
-                ),
-            };
-            let _ = writeln!(
-                md,
-                "| {name} | {} | {input} | {seconds:.3} | {floor_s} | {ratio} | {:.0} | {result} |",
-                engine.name(),
-                rss / 1048576.0
-            );
-            console.add_row(vec![
-                name.to_string(),
-                engine.name().to_string(),
-                format!("{seconds:.3}"),
-                floor_s,
-                ratio,
-                format!("{:.0}", rss / 1048576.0),
-                result,
-            ]);
-        }
+    for line in &lines {
+        let (floor, ratio) = match line.floor {
+            Some(f) => (
+                format!("{f:.3}"),
+                format!("{:.2}", line.seconds / f.max(1e-9)),
+            ),
+            None => ("—".to_string(), "—".to_string()),
+        };
+        let cells = vec![
+            line.name.to_string(),
+            line.engine.name().to_string(),
+            line.input.clone(),
+            format!("{:.3}", line.seconds),
+            floor,
+            ratio,
+            format!("{:.0}", line.rss / 1048576.0),
+            line.result.clone(),
+        ];
+        let _ = writeln!(md, "| {} |", cells.join(" | "));
+        console.add_row(cells);
     }
     let _ = writeln!(
         md,

@@ -2,7 +2,8 @@
 //! ALTER TABLE's properties),
 //! MERGE binding and classification (UPDATE and DELETE bound as MERGEs),
 //! the source-key probe for dynamic
-//! pruning, the tables' row-level write modes, and EXPLAIN rendering.
+//! pruning, the tables' row-level write modes, EXPLAIN rendering, and the
+//! scheduler's statement commands and statement kinds.
 
 pub mod alter_table;
 pub mod ddl;
@@ -10,5 +11,7 @@ pub mod explain;
 pub mod merge;
 pub mod procedures;
 pub mod source_keys;
+pub mod statement_commands;
+pub mod statement_kind;
 pub mod update_delete;
 pub mod write_mode;

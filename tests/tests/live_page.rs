@@ -60,6 +60,7 @@ impl Cluster {
             executor_timeout_seconds: 30,
             memory_limit: None,
             ui_port: Some(0),
+            metrics_port: None,
         })
         .await
         .expect("start the scheduler");

@@ -2,7 +2,8 @@
 //! Runs the Ballista scheduler service (executors connect to it) and the
 //! Flight SQL server (clients send statements to it); MERGE planning and
 //! commits happen here. Prints one line with both addresses (and the live
-//! page's URL with --ui-port) once listening.
+//! page's URL with --ui-port, the metrics URL with --metrics-port) once
+//! listening.
 
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -94,6 +95,12 @@ struct Args {
     /// --token it needs the token too. Off unless given.
     #[arg(long, value_name = "PORT", env = "ICEMERGE_UI_PORT")]
     ui_port: Option<u16>,
+
+    /// Serve Prometheus metrics at /metrics on this port of --bind-host
+    /// (statements by kind and outcome, durations, tasks, bytes, commit
+    /// attempts); with --token it needs the token too. Off unless given.
+    #[arg(long, value_name = "PORT", env = "ICEMERGE_METRICS_PORT")]
+    metrics_port: Option<u16>,
 }
 
 #[tokio::main(flavor = "multi_thread")]
@@ -118,6 +125,7 @@ async fn main() -> ExitCode {
         executor_timeout_seconds: args.executor_timeout,
         memory_limit: args.memory_limit,
         ui_port: args.ui_port,
+        metrics_port: args.metrics_port,
     };
     let running = match start(options).await {
         Ok(running) => running,
@@ -126,16 +134,17 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match running.ui_addr {
-        Some(ui) => println!(
-            "icemerge-scheduler: ballista {} flight-sql {} ui http://{ui}/",
-            running.ballista_addr, running.flight_sql_addr
-        ),
-        None => println!(
-            "icemerge-scheduler: ballista {} flight-sql {}",
-            running.ballista_addr, running.flight_sql_addr
-        ),
+    let mut line = format!(
+        "icemerge-scheduler: ballista {} flight-sql {}",
+        running.ballista_addr, running.flight_sql_addr
+    );
+    if let Some(ui) = running.ui_addr {
+        line.push_str(&format!(" ui http://{ui}/"));
     }
+    if let Some(metrics) = running.metrics_addr {
+        line.push_str(&format!(" metrics http://{metrics}/metrics"));
+    }
+    println!("{line}");
     tokio::select! {
         result = running.wait() => {
             if let Err(e) = result {

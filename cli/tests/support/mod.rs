@@ -32,6 +32,8 @@ pub struct Cluster {
     pub flight_sql: SocketAddr,
     /// The live page's address (`start_with_ui`).
     pub ui: Option<SocketAddr>,
+    /// The metrics endpoint's address (`start_with_metrics`).
+    pub metrics: Option<SocketAddr>,
     pub executor_logs: Vec<PathBuf>,
     // Executors first: they are stopped before the scheduler.
     pub executors: Vec<Process>,
@@ -60,7 +62,16 @@ impl Cluster {
         Self::start_with(executors, token, true)
     }
 
+    /// As `start`, with the scheduler's metrics endpoint on a free port.
+    pub fn start_with_metrics(executors: usize, token: Option<&str>) -> Cluster {
+        Self::start_with_ports(executors, token, false, true)
+    }
+
     fn start_with(executors: usize, token: Option<&str>, ui: bool) -> Cluster {
+        Self::start_with_ports(executors, token, ui, false)
+    }
+
+    fn start_with_ports(executors: usize, token: Option<&str>, ui: bool, metrics: bool) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let scheduler_log = dir.path().join("scheduler.log");
         let mut command = Command::new(SCHEDULER);
@@ -79,27 +90,42 @@ impl Cluster {
         if ui {
             command.args(["--ui-port", "0"]);
         }
+        if metrics {
+            command.args(["--metrics-port", "0"]);
+        }
         let mut child = command.spawn().expect("spawn icemerge-scheduler");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
         let scheduler = Process(child);
-        // "icemerge-scheduler: ballista ADDR flight-sql ADDR [ui http://ADDR/]"
+        // "icemerge-scheduler: ballista ADDR flight-sql ADDR [ui http://ADDR/]
+        // [metrics http://ADDR/metrics]"
         let words: Vec<&str> = line.split_whitespace().collect();
         assert_eq!(
             words.len(),
-            if ui { 7 } else { 5 },
+            5 + if ui { 2 } else { 0 } + if metrics { 2 } else { 0 },
             "scheduler did not start: '{line}'\n{}",
             read_log(&scheduler_log)
         );
-        let ballista: SocketAddr = words[2].parse().unwrap();
-        let flight_sql: SocketAddr = words[4].parse().unwrap();
-        let ui = ui.then(|| {
-            assert_eq!(words[5], "ui", "{line}");
-            let url = words[6].strip_prefix("http://").unwrap();
-            url.trim_end_matches('/').parse::<SocketAddr>().unwrap()
-        });
+        let named = |key: &str| {
+            let at = words.iter().position(|w| *w == key)?;
+            let value = words[at + 1]
+                .strip_prefix("http://")
+                .unwrap_or(words[at + 1]);
+            Some(
+                value
+                    .split('/')
+                    .next()
+                    .unwrap()
+                    .parse::<SocketAddr>()
+                    .unwrap(),
+            )
+        };
+        let ballista = named("ballista").unwrap();
+        let flight_sql = named("flight-sql").unwrap();
+        let ui = named("ui");
+        let metrics = named("metrics");
 
         let mut processes = vec![];
         let mut executor_logs = vec![];
@@ -125,6 +151,7 @@ impl Cluster {
             ballista,
             flight_sql,
             ui,
+            metrics,
             executor_logs,
             executors: processes,
             _scheduler: scheduler,

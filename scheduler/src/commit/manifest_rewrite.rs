@@ -96,7 +96,7 @@ pub async fn commit_manifest_rewrite(
         };
         let counts = rewrite.counts();
         if let Some(dir) = pause_dir {
-            pause_before_commit(dir).await?;
+            pause_before_commit(dir, &|| false).await?;
         }
         match produce_rewrite(&row, &table, rewrite).await? {
             Outcome::Committed { .. } => return Ok(counts),

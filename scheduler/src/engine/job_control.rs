@@ -53,7 +53,13 @@ impl JobControl {
             .and_then(|exec| exec.job_id())
     }
 
-    pub(super) fn check(&self) -> Result<()> {
+    /// Whether cancellation was asked for the executing statement.
+    pub fn is_cancel_requested(&self) -> bool {
+        self.cancel_requested.load(Ordering::SeqCst)
+    }
+
+    /// Fails with "statement cancelled" once cancellation was asked for.
+    pub fn check(&self) -> Result<()> {
         if self.cancel_requested.load(Ordering::SeqCst) {
             return Err(cancelled(CANCELLED));
         }

@@ -41,7 +41,7 @@ use shipped_plan::ShippedPlanNode;
 pub use in_process_cluster::InProcessCluster;
 pub use job_control::{cancel_job, ActiveStatement, JobControl, CANCELLED};
 pub use shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec, ShippedPlanQueryPlanner};
-pub use stage_figures::{now_nanos, FigureCollector};
+pub use stage_figures::{now_nanos, task_totals, FigureCollector, TaskTotals};
 pub use task_ledger::{ExecutorLiveness, TaskLedger, TaskRecord};
 pub use task_tracker::{TaskTracker, TrackingEngine};
 

@@ -182,6 +182,44 @@ impl FigureCollector {
     }
 }
 
+/// What one finished task of a Ballista job read and wrote (data files,
+/// summed over the stages it ran), the shuffle bytes it wrote and how long
+/// it ran: the same probe figures a stage's are summed from.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct TaskTotals {
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub bytes_shuffled: u64,
+    /// From the task's start to its end; None when it did not report them.
+    pub wall_nanos: Option<i64>,
+}
+
+/// The [`TaskTotals`] of one task of the ledger.
+pub fn task_totals(task: &TaskRecord) -> TaskTotals {
+    let mut totals = OperatorTotals::default();
+    for set in &task.metrics {
+        if set.sum_by_name(stage_probe::STAGE).is_some() {
+            totals.add(set);
+        }
+    }
+    let own = task
+        .metrics
+        .iter()
+        .find(|set| set.sum_by_name(task_figures::TASK).is_some());
+    let mut times = TaskSample::default();
+    for metric in own.iter().flat_map(|set| set.iter()) {
+        read_probe_metric(&mut times, metric.value());
+    }
+    TaskTotals {
+        bytes_read: totals.bytes_read,
+        bytes_written: totals.bytes_written,
+        bytes_shuffled: own
+            .and_then(|set| set.sum_by_name(task_figures::SHUFFLE_BYTES))
+            .map_or(0, |v| v.as_usize() as u64),
+        wall_nanos: times.start.zip(times.end).map(|(s, e)| (e - s).max(0)),
+    }
+}
+
 /// Folds one probe metric into a sample.
 fn read_probe_metric(sample: &mut TaskSample, value: &MetricValue) {
     match value {

@@ -22,11 +22,15 @@
 //! `authorization` header is not `Bearer <token>` with `Unauthenticated`
 //! before any handler (and so any statement) runs.
 //!
-//! Every statement is recorded in the [`StatementLog`] the live page reads.
+//! Every statement is recorded in the [`StatementLog`] the live page and
+//! the metrics read. `SHOW STATEMENTS` and `CANCEL STATEMENT <id>` are
+//! answered from that log (`statement_control`) without being logged or
+//! waiting for a turn.
 //!
 //! Statements run one at a time: the coordinator has one session. A client
-//! that cancels its call (drops the request) cancels the statement's
-//! Ballista job; the statement then commits nothing.
+//! that cancels its call (drops the request), or `CANCEL STATEMENT` from
+//! another client, cancels the statement's Ballista job; the statement
+//! then commits nothing.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -55,13 +59,16 @@ use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
-use icemerge_proto::error::{ErrorKind, IcemergeError};
+use icemerge_planner::statement_commands::StatementCommand;
+use icemerge_proto::error::{cancelled, ErrorKind, IcemergeError};
 use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
 
 use super::auth::Auth;
 use super::progress::JobProgress;
-use super::statement_log::StatementLog;
+use super::statement_control::run_command;
+use super::statement_log::{StatementEnd, StatementLog};
+use crate::engine::CANCELLED;
 use crate::session::{Session, StatementOutput};
 
 /// How long an unfetched query result is kept.
@@ -118,20 +125,76 @@ impl IcemergeFlightSql {
 
     /// Runs a statement to completion in its own task. If the caller goes
     /// away first (the client cancelled the call, e.g. Ctrl-C in the CLI),
-    /// the statement's job is cancelled: it then fails, commits nothing and
-    /// deletes the files it wrote.
+    /// or `CANCEL STATEMENT` names it, the statement's job is cancelled: it
+    /// then fails, commits nothing and deletes the files it wrote. A
+    /// statement cancelled while queued never runs.
     async fn run(&self, sql: &str) -> Result<StatementOutput, Status> {
+        if let Some(command) = StatementCommand::parse(sql).map_err(statement_error)? {
+            return run_command(command, &self.log)
+                .await
+                .map_err(statement_error);
+        }
         let id = self.log.submit(sql);
-        let turn = self.running.clone().lock_owned().await;
-        tracing::info!(statement = %sql, "running");
+        let cancel = self.log.cancel_signal(id).expect("a statement just logged");
+        let mut queued = EndQueuedOnDrop {
+            log: Some(self.log.clone()),
+            id,
+        };
+        let turn = tokio::select! {
+            turn = self.running.clone().lock_owned() => turn,
+            _ = cancel.notified() => {
+                queued.log = None;
+                let e = cancelled(format!("{CANCELLED} while queued (statement {id})"));
+                self.log.finish(id, StatementEnd {
+                    error: Some(e.to_string()),
+                    cancelled: true,
+                    ..Default::default()
+                });
+                return Err(statement_error(e));
+            }
+        };
+        queued.log = None;
+        tracing::info!(statement = %sql, id, "running");
         let session = self.session.clone();
         let sql = sql.to_string();
         let log = self.log.clone();
+        let progress = self.progress.clone();
         let statement = tokio::spawn(async move {
             let _turn = turn;
             let plans_before = session.plans_started();
             log.start(id, plans_before);
-            let output = session.execute_one(&sql).await;
+            let output = {
+                let run = session.execute_one(&sql);
+                // CANCEL STATEMENT: cancelled as when the client goes away,
+                // while the statement goes on to fail on its usual path.
+                // Dropped with the statement's end, before its turn is
+                // given up: it cannot reach the next statement.
+                let cancel_on_request = async {
+                    cancel.notified().await;
+                    tracing::info!(id, "CANCEL STATEMENT: cancelling");
+                    let unnamed = async {
+                        // By now no new job starts (the session refuses
+                        // to submit one once asked to cancel).
+                        tokio::time::sleep(UNNAMED_JOB_GRACE).await;
+                        if session.running_job_id().is_none() {
+                            if let Some(progress) = &progress {
+                                cancel_unnamed_jobs(progress, id).await;
+                            }
+                        }
+                    };
+                    let (cancelled, ()) = tokio::join!(session.cancel(), unnamed);
+                    match cancelled {
+                        Ok(job) => tracing::info!(id, job = ?job, "cancelled"),
+                        Err(e) => tracing::warn!(id, "cancelling failed: {e}"),
+                    }
+                };
+                tokio::pin!(run, cancel_on_request);
+                tokio::select! {
+                    biased;
+                    output = &mut run => output,
+                    () = &mut cancel_on_request => run.await,
+                }
+            };
             // Recorded before the turn is given up: the session's last run
             // is this statement's.
             let ran_plan = session.plans_started() > plans_before;
@@ -143,8 +206,20 @@ impl IcemergeFlightSql {
                 (true, false) => session.current_run().map(|run| run.document.clone()),
             };
             let job = ran_plan.then(|| session.last_job_id()).flatten();
-            let error = output.as_ref().err().map(|e| e.to_string());
-            log.finish(id, error, document, job);
+            let result = output.as_ref().ok();
+            log.finish(
+                id,
+                StatementEnd {
+                    error: output.as_ref().err().map(|e| e.to_string()),
+                    cancelled: output
+                        .as_ref()
+                        .is_err_and(|e| IcemergeError::kind_of(e) == Some(ErrorKind::Cancelled)),
+                    document,
+                    job,
+                    commit_attempts: result.and_then(|o| o.figure("commit_attempts")),
+                    reexecutions: result.and_then(|o| o.figure("reexecutions")),
+                },
+            );
             output
         });
         let mut guard = CancelOnDrop {
@@ -171,6 +246,51 @@ impl IcemergeFlightSql {
             },
         );
         handle
+    }
+}
+
+/// How long `CANCEL STATEMENT` lets the session cancel its job by id
+/// before cancelling the live jobs it cannot name.
+const UNNAMED_JOB_GRACE: Duration = Duration::from_millis(500);
+
+/// Cancels the jobs live on this scheduler (the running statement's: the
+/// coordinator is their only submitter) when the session does not know its
+/// job's id yet (`JobProgress::live_jobs`).
+async fn cancel_unnamed_jobs(progress: &JobProgress, id: u64) {
+    match progress.live_jobs().await {
+        Ok(jobs) => {
+            for job in jobs {
+                match progress.cancel(&job).await {
+                    Ok(()) => tracing::info!(id, job = %job, "CANCEL STATEMENT: job cancelled"),
+                    Err(e) => tracing::warn!(id, "CANCEL STATEMENT: {e}"),
+                }
+            }
+        }
+        Err(e) => tracing::warn!(id, "CANCEL STATEMENT: cannot list the jobs: {e}"),
+    }
+}
+
+/// Ends a statement in the log as cancelled when its client goes away
+/// while it waits for its turn (armed until it gets one).
+struct EndQueuedOnDrop {
+    log: Option<StatementLog>,
+    id: u64,
+}
+
+impl Drop for EndQueuedOnDrop {
+    fn drop(&mut self) {
+        if let Some(log) = self.log.take() {
+            log.finish(
+                self.id,
+                StatementEnd {
+                    error: Some(format!(
+                        "{CANCELLED}: the client went away while it was queued"
+                    )),
+                    cancelled: true,
+                    ..Default::default()
+                },
+            );
+        }
     }
 }
 

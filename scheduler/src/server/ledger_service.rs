@@ -2,7 +2,8 @@
 //! every task status an executor reports recorded first in the
 //! coordinator's [`TaskLedger`] (operator metrics for EXPLAIN ANALYZE and
 //! `Session::last_metrics`) and every call counted as a sign of life in
-//! [`ExecutorLiveness`]. Registration waits until the executor's gRPC port
+//! [`ExecutorLiveness`]; every finished task is also counted in the
+//! [`SchedulerMetrics`]. Registration waits until the executor's gRPC port
 //! listens (Ballista registers an executor before its service is up).
 
 use std::net::SocketAddr;
@@ -14,6 +15,7 @@ use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
 use tonic::{Request, Response, Status};
 
+use super::metrics::SchedulerMetrics;
 use crate::engine::{ExecutorLiveness, TaskLedger, TaskRecord};
 
 /// Ballista's scheduler service with every reported task status recorded
@@ -23,6 +25,7 @@ pub(super) struct LedgerScheduler {
     inner: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     ledger: TaskLedger,
     liveness: ExecutorLiveness,
+    metrics: SchedulerMetrics,
 }
 
 impl LedgerScheduler {
@@ -30,11 +33,13 @@ impl LedgerScheduler {
         inner: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
         ledger: TaskLedger,
         liveness: ExecutorLiveness,
+        metrics: SchedulerMetrics,
     ) -> Self {
         Self {
             inner,
             ledger,
             liveness,
+            metrics,
         }
     }
 
@@ -61,13 +66,15 @@ impl LedgerScheduler {
                 partition = status.partition_id,
                 "task finished"
             );
-            self.ledger.record(TaskRecord {
+            let task = TaskRecord {
                 executor_id,
                 job_id: status.job_id.clone(),
                 stage_id: status.stage_id as usize,
                 partition: status.partition_id as usize,
                 metrics,
-            });
+            };
+            self.metrics.task_finished(&task);
+            self.ledger.record(task);
         }
     }
 }

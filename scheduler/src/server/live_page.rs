@@ -13,13 +13,12 @@
 //! script, no framework, nothing fetched from elsewhere). With a token
 //! configured every path, assets included, needs it: `authorization:
 //! Bearer <token>` or `?token=<token>` (which the pages carry on in their
-//! links and polls); anything else is answered 401.
+//! links and polls); anything else is answered 401 (`auth::require_token`).
 
 use std::sync::Arc;
 
 use axum::extract::{Path, Request, State};
 use axum::http::{header, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -28,7 +27,7 @@ use icemerge_proto::progress::StageProgress;
 use serde::Serialize;
 use serde_json::json;
 
-use super::auth::Auth;
+use super::auth::{query_token, require_token, Auth};
 use super::progress::JobProgress;
 use super::statement_log::{now_ms, LoggedStatement, StatementLog};
 use crate::engine::{FigureCollector, TaskLedger};
@@ -65,7 +64,7 @@ impl LivePage {
             )
             .with_state(self)
             .layer(axum::middleware::from_fn(move |request, next| {
-                check_token(auth.clone(), request, next)
+                require_token(auth.clone(), request, next)
             }))
     }
 }
@@ -78,48 +77,6 @@ pub async fn serve_live_page(
     axum::serve(listener, page.router()).await
 }
 
-/// The token a request carries: the bearer header, else `?token=`.
-fn given_token(request: &Request) -> Option<String> {
-    let header = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::to_string);
-    header.or_else(|| query_token(request.uri().query()))
-}
-
-/// `token` of a query string, percent-decoded.
-fn query_token(query: Option<&str>) -> Option<String> {
-    query?
-        .split('&')
-        .find_map(|pair| pair.strip_prefix("token="))
-        .map(percent_decode)
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = |b: u8| (b as char).to_digit(16);
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(b'%'),
-            },
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
 fn percent_encode(text: &str) -> String {
     text.bytes()
         .map(|b| match b {
@@ -129,20 +86,6 @@ fn percent_encode(text: &str) -> String {
             b => format!("%{b:02X}"),
         })
         .collect()
-}
-
-/// Refuses a request without the configured token (401).
-async fn check_token(auth: Auth, request: Request, next: Next) -> Response {
-    if auth.accepts(given_token(&request).as_deref()) {
-        return next.run(request).await;
-    }
-    (
-        StatusCode::UNAUTHORIZED,
-        [(header::WWW_AUTHENTICATE, "Bearer")],
-        "this icemerge scheduler's live page requires its token: \
-         'authorization: Bearer <token>' or ?token=<token>\n",
-    )
-        .into_response()
 }
 
 /// `?token=...` to carry on in links when the request came with one.
@@ -504,6 +447,7 @@ fn summary_line(document: &ExplainDocument) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::super::auth::percent_decode;
     use super::*;
 
     #[test]

@@ -5,17 +5,21 @@
 //! - `ledger_service`: Ballista's scheduler service with task statuses and
 //!   executor liveness recorded for the coordinator;
 //! - `flight_sql`: the Flight SQL front door for clients;
-//! - `auth`: the bearer-token check of the Flight SQL port;
+//! - `auth`: the bearer-token check of the Flight SQL and HTTP ports;
 //! - `progress`: per-stage progress of the running job;
 //! - `statement_log`: the statements clients sent, running and recent;
-//! - `live_page`: the HTML page of those statements and their stage graphs.
+//! - `statement_control`: `SHOW STATEMENTS` and `CANCEL STATEMENT <id>`;
+//! - `live_page`: the HTML page of those statements and their stage graphs;
+//! - `metrics`: Prometheus metrics and their `/metrics` endpoint.
 
 pub mod auth;
 pub mod flight_sql;
 mod ledger_service;
 pub mod live_page;
+pub mod metrics;
 pub mod progress;
 pub mod scheduler_process;
+pub mod statement_control;
 pub mod statement_log;
 
 pub use auth::Auth;

@@ -1,6 +1,8 @@
 //! Progress of the running statement's job for the `icemerge.progress`
 //! action: per-stage task counts read from Ballista's REST handler,
-//! called in-process (no network round trip).
+//! called in-process (no network round trip). Through the same handler,
+//! the jobs still live on this scheduler and their cancellation, for
+//! `CANCEL STATEMENT` of a job whose id its submitter has not learnt yet.
 
 use icemerge_proto::progress::StageProgress;
 
@@ -19,8 +21,52 @@ impl JobProgress {
 
     /// The job's stages in id order; `total` is None until a stage runs.
     pub async fn stages(&self, job_id: &str) -> std::result::Result<Vec<StageProgress>, String> {
+        let json = self
+            .call(
+                axum::http::Method::GET,
+                &format!("/api/job/{job_id}/stages"),
+            )
+            .await
+            .map_err(|e| format!("job {job_id}: {e}"))?;
+        Ok(parse_stages(&json))
+    }
+
+    /// The jobs queued or running on this scheduler. Ballista tells a job's
+    /// submitter its id with the job's first status change (a stage
+    /// ending), so a job still in its first stage is known only here; on
+    /// the `icemerge-scheduler` process every job is the coordinator
+    /// session's, which runs one statement at a time.
+    pub async fn live_jobs(&self) -> std::result::Result<Vec<String>, String> {
+        let json = self.call(axum::http::Method::GET, "/api/jobs").await?;
+        Ok(json
+            .as_array()
+            .map(|a| a.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|job| matches!(job["status"].as_str(), Some("Queued" | "Running")))
+            .filter_map(|job| job["job_id"].as_str().map(str::to_string))
+            .collect())
+    }
+
+    /// Cancels a queued or running job (its tasks are stopped; the job
+    /// fails).
+    pub async fn cancel(&self, job_id: &str) -> std::result::Result<(), String> {
+        self.call(axum::http::Method::PATCH, &format!("/api/job/{job_id}"))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("cancelling job {job_id}: {e}"))
+    }
+
+    /// One request to Ballista's REST handler; its JSON answer.
+    async fn call(
+        &self,
+        method: axum::http::Method,
+        path: &str,
+    ) -> std::result::Result<serde_json::Value, String> {
         use tower::ServiceExt;
-        let request = axum::http::Request::get(format!("/api/job/{job_id}/stages"))
+        let request = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
             .body(axum::body::Body::empty())
             .map_err(|e| e.to_string())?;
         let response = self
@@ -34,13 +80,12 @@ impl JobProgress {
             .await
             .map_err(|e| e.to_string())?;
         if !status.is_success() {
-            return Err(format!(
-                "job {job_id}: {status}: {}",
-                String::from_utf8_lossy(&body)
-            ));
+            return Err(format!("{status}: {}", String::from_utf8_lossy(&body)));
         }
-        let json: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        Ok(parse_stages(&json))
+        if body.is_empty() {
+            return Ok(serde_json::Value::Null);
+        }
+        serde_json::from_slice(&body).map_err(|e| e.to_string())
     }
 }
 

@@ -3,7 +3,8 @@
 //! on the same port) wired with icemerge's codecs and query planner, and the
 //! Flight SQL front door (`flight_sql`) whose session plans statements, runs
 //! them as jobs on this scheduler and commits them — the coordinator; with
-//! `ui_port`, the live page (`live_page`) on a port of its own.
+//! `ui_port`, the live page (`live_page`) on a port of its own; with
+//! `metrics_port`, Prometheus metrics (`metrics`) on another.
 //!
 //! Every task status an executor reports to this scheduler is recorded in a
 //! [`TaskLedger`] before Ballista handles it, so the coordinator's session
@@ -34,6 +35,7 @@ use super::auth::Auth;
 use super::flight_sql::serve_flight_sql;
 use super::ledger_service::LedgerScheduler;
 use super::live_page::{serve_live_page, LivePage};
+use super::metrics::{serve_metrics, MetricsEndpoint, SchedulerMetrics};
 use super::progress::JobProgress;
 use super::statement_log::StatementLog;
 use crate::catalog::CatalogOptions;
@@ -68,6 +70,8 @@ pub struct SchedulerProcessOptions {
     pub memory_limit: Option<MemoryBudget>,
     /// Port of the live page (`live_page`); None: no page.
     pub ui_port: Option<u16>,
+    /// Port of the Prometheus `/metrics` endpoint (`metrics`); None: none.
+    pub metrics_port: Option<u16>,
 }
 
 /// A running scheduler process.
@@ -76,10 +80,13 @@ pub struct RunningScheduler {
     pub flight_sql_addr: SocketAddr,
     /// The live page's address, when enabled.
     pub ui_addr: Option<SocketAddr>,
+    /// The metrics endpoint's address, when enabled.
+    pub metrics_addr: Option<SocketAddr>,
     pub ledger: TaskLedger,
     ballista: JoinHandle<std::io::Result<()>>,
     flight_sql: JoinHandle<std::result::Result<(), tonic::transport::Error>>,
     ui: Option<JoinHandle<std::io::Result<()>>>,
+    metrics: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl RunningScheduler {
@@ -91,7 +98,18 @@ impl RunningScheduler {
                 None => std::future::pending().await,
             }
         };
+        let metrics = async {
+            match self.metrics {
+                Some(metrics) => metrics.await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
+            r = metrics => match r {
+                Ok(Ok(())) => Err(config_err("the metrics endpoint stopped")),
+                Ok(Err(e)) => Err(config_err(format!("the metrics endpoint failed: {e}"))),
+                Err(e) => Err(config_err(format!("the metrics endpoint panicked: {e}"))),
+            },
             r = ui => match r {
                 Ok(Ok(())) => Err(config_err("the live page stopped")),
                 Ok(Err(e)) => Err(config_err(format!("the live page failed: {e}"))),
@@ -155,6 +173,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let config = session_config(target_partitions);
     let ledger = TaskLedger::default();
     let liveness = ExecutorLiveness::default();
+    let metrics = SchedulerMetrics::new();
 
     let ballista_listener = bind(options.bind_host, options.ballista_port, "Ballista").await?;
     let ballista_addr = ballista_listener
@@ -169,6 +188,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
         scheduler,
         ledger.clone(),
         liveness.clone(),
+        metrics.clone(),
     ));
 
     // The coordinator submits jobs to this process's own scheduler.
@@ -184,7 +204,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
             ballista_addr.port()
         ),
         ledger: ledger.clone(),
-        liveness,
+        liveness: liveness.clone(),
         executor_timeout: std::time::Duration::from_secs(options.executor_timeout_seconds.max(1)),
     };
     let session = Session::open_on_scheduler(
@@ -206,7 +226,26 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
         token: options.token.clone(),
     };
     let session = Arc::new(session);
-    let log = StatementLog::default();
+    let log = StatementLog::new(metrics.clone());
+    let (metrics, metrics_addr) = match options.metrics_port {
+        Some(port) => {
+            let listener = bind(options.bind_host, port, "metrics").await?;
+            let addr = listener
+                .local_addr()
+                .map_err(|e| config_err(e.to_string()))?;
+            let endpoint = MetricsEndpoint {
+                metrics,
+                liveness,
+                executor_timeout: std::time::Duration::from_secs(options.executor_timeout_seconds),
+                auth: auth.clone(),
+            };
+            (
+                Some(tokio::spawn(serve_metrics(listener, endpoint))),
+                Some(addr),
+            )
+        }
+        None => (None, None),
+    };
     let (ui, ui_addr) = match options.ui_port {
         Some(port) => {
             let listener = bind(options.bind_host, port, "live page").await?;
@@ -238,10 +277,12 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
         ballista_addr,
         flight_sql_addr,
         ui_addr,
+        metrics_addr,
         ledger,
         ballista,
         flight_sql,
         ui,
+        metrics,
     })
 }
 
@@ -299,10 +340,16 @@ async fn serve_ballista(
     scheduler: SchedulerServer<LogicalPlanNode, PhysicalPlanNode>,
     ledger: TaskLedger,
     liveness: ExecutorLiveness,
+    metrics: SchedulerMetrics,
 ) -> std::io::Result<()> {
-    let grpc = SchedulerGrpcServer::new(LedgerScheduler::new(scheduler.clone(), ledger, liveness))
-        .max_decoding_message_size(MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let grpc = SchedulerGrpcServer::new(LedgerScheduler::new(
+        scheduler.clone(),
+        ledger,
+        liveness,
+        metrics,
+    ))
+    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+    .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let mut routes = tonic::service::RoutesBuilder::default();
     routes.add_service(grpc);
     let router = ballista_scheduler::api::get_routes(Arc::new(scheduler))
@@ -331,6 +378,7 @@ mod tests {
             executor_timeout_seconds: 30,
             memory_limit: None,
             ui_port: None,
+            metrics_port: None,
         }
     }
 

@@ -1,13 +1,20 @@
 //! The statements the scheduler's clients sent, running and recent, for
-//! the live page: SQL text, state, times, the Ballista job and, once a
-//! statement ends, the stage graph and figures of the plan it ran. Only
-//! the last [`KEPT`] statements are kept.
+//! the live page, `SHOW STATEMENTS` and `CANCEL STATEMENT`: SQL text, kind,
+//! state, times, the Ballista job and, once a statement ends, the stage
+//! graph and figures of the plan it ran; a cancellation asked for a live
+//! one. Every change is also counted in the [`SchedulerMetrics`]. The
+//! last [`KEPT`] ended statements are kept, and every live one.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use icemerge_planner::explain::ExplainDocument;
-use serde::Serialize;
+use icemerge_planner::statement_kind::StatementKind;
+use serde::{Serialize, Serializer};
+use tokio::sync::Notify;
+
+use super::metrics::{EndFigures, SchedulerMetrics};
 
 /// How many statements the log keeps.
 pub const KEPT: usize = 200;
@@ -35,6 +42,8 @@ impl StatementState {
 pub struct LoggedStatement {
     pub id: u64,
     pub sql: String,
+    #[serde(serialize_with = "kind_label")]
+    pub kind: StatementKind,
     pub state: StatementState,
     /// Milliseconds since the Unix epoch.
     pub submitted_ms: i64,
@@ -52,6 +61,30 @@ pub struct LoggedStatement {
     /// still running).
     #[serde(skip)]
     pub document: Option<Arc<ExplainDocument>>,
+    /// `CANCEL STATEMENT` asked for it while it was live.
+    pub cancel_requested: bool,
+    /// Woken by `CANCEL STATEMENT` (the statement's runner waits on it).
+    #[serde(skip)]
+    pub cancel: Arc<Notify>,
+}
+
+fn kind_label<S: Serializer>(kind: &StatementKind, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(kind.label())
+}
+
+/// How a statement ended.
+#[derive(Debug, Default)]
+pub struct StatementEnd {
+    /// The error a failed statement ended with.
+    pub error: Option<String>,
+    /// The error is of kind cancelled.
+    pub cancelled: bool,
+    /// The plan it ran last.
+    pub document: Option<ExplainDocument>,
+    pub job: Option<String>,
+    /// `commit_attempts` and `reexecutions` of a MERGE's result row.
+    pub commit_attempts: Option<u64>,
+    pub reexecutions: Option<u64>,
 }
 
 impl LoggedStatement {
@@ -68,6 +101,7 @@ impl LoggedStatement {
 #[derive(Debug, Clone, Default)]
 pub struct StatementLog {
     inner: Arc<Mutex<Inner>>,
+    metrics: SchedulerMetrics,
 }
 
 #[derive(Debug, Default)]
@@ -85,14 +119,30 @@ pub fn now_ms() -> i64 {
 }
 
 impl StatementLog {
+    /// A log counting into `metrics`.
+    pub fn new(metrics: SchedulerMetrics) -> Self {
+        Self {
+            inner: Default::default(),
+            metrics,
+        }
+    }
+
+    /// The metrics this log counts into.
+    pub fn metrics(&self) -> &SchedulerMetrics {
+        &self.metrics
+    }
+
     /// Records a statement sent by a client; returns its id.
     pub fn submit(&self, sql: &str) -> u64 {
+        let kind = StatementKind::of(sql);
+        self.metrics.statement_submitted(kind);
         let mut inner = self.inner.lock().expect("statement log");
         inner.next_id += 1;
         let id = inner.next_id;
         inner.statements.push_back(LoggedStatement {
             id,
             sql: sql.to_string(),
+            kind,
             state: StatementState::Queued,
             submitted_ms: now_ms(),
             started_ms: None,
@@ -101,9 +151,16 @@ impl StatementLog {
             job: None,
             plans_before: 0,
             document: None,
+            cancel_requested: false,
+            cancel: Arc::new(Notify::new()),
         });
+        // The oldest ended statements go; live ones stay (they can be
+        // cancelled, and end later).
         while inner.statements.len() > KEPT {
-            inner.statements.pop_front();
+            match inner.statements.iter().position(|s| !s.state.is_live()) {
+                Some(oldest) => inner.statements.remove(oldest),
+                None => break,
+            };
         }
         id
     }
@@ -115,26 +172,74 @@ impl StatementLog {
             s.started_ms = Some(now_ms());
             s.plans_before = plans_before;
         });
+        self.metrics.statement_started();
     }
 
     /// The statement ended: with its error, or the plan it ran.
-    pub fn finish(
-        &self,
-        id: u64,
-        error: Option<String>,
-        document: Option<ExplainDocument>,
-        job: Option<String>,
-    ) {
+    pub fn finish(&self, id: u64, end: StatementEnd) {
+        let mut ended = None;
         self.update(id, |s| {
-            s.state = match error {
+            s.state = match end.error {
                 Some(_) => StatementState::Failed,
                 None => StatementState::Succeeded,
             };
             s.ended_ms = Some(now_ms());
-            s.error = error;
-            s.document = document.map(Arc::new);
-            s.job = job;
+            s.error = end.error.clone();
+            s.document = end.document.map(Arc::new);
+            s.job = end.job;
+            ended = Some(s.clone());
         });
+        if let Some(s) = ended {
+            let duration = s
+                .started_ms
+                .zip(s.ended_ms)
+                .map(|(from, to)| Duration::from_millis((to - from).max(0) as u64));
+            let figures = EndFigures {
+                ran: s.started_ms.is_some(),
+                duration,
+                failed: s.error.is_some(),
+                cancelled: end.cancelled,
+                document: s.document.as_deref(),
+                commit_attempts: end.commit_attempts,
+                reexecutions: end.reexecutions,
+            };
+            self.metrics.statement_ended(s.kind, &figures);
+        }
+    }
+
+    /// Asks a live statement to stop: a queued one fails when its turn
+    /// comes (or at once, its runner being woken), a running one is
+    /// cancelled by its runner. Returns the statement's state when asked
+    /// (an ended statement is left as it is), None for an id not kept.
+    pub fn request_cancel(&self, id: u64) -> Option<StatementState> {
+        let mut inner = self.inner.lock().expect("statement log");
+        let s = inner.statements.iter_mut().find(|s| s.id == id)?;
+        if s.state.is_live() {
+            s.cancel_requested = true;
+            s.cancel.notify_one();
+        }
+        Some(s.state)
+    }
+
+    /// The signal `request_cancel` wakes for statement `id`.
+    pub fn cancel_signal(&self, id: u64) -> Option<Arc<Notify>> {
+        self.get(id).map(|s| s.cancel)
+    }
+
+    /// Waits up to `limit` for statement `id` to end; its final record, or
+    /// None when it is still live (or not kept).
+    pub async fn wait_ended(&self, id: u64, limit: Duration) -> Option<LoggedStatement> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let s = self.get(id)?;
+            if !s.state.is_live() {
+                return Some(s);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     fn update(&self, id: u64, change: impl FnOnce(&mut LoggedStatement)) {
@@ -169,9 +274,21 @@ mod tests {
         assert_eq!(log.get(a).unwrap().state, StatementState::Queued);
         log.start(a, 0);
         assert_eq!(log.get(a).unwrap().state, StatementState::Running);
-        log.finish(a, None, None, Some("job1".into()));
+        log.finish(
+            a,
+            StatementEnd {
+                job: Some("job1".into()),
+                ..Default::default()
+            },
+        );
         log.start(b, 1);
-        log.finish(b, Some("boom".into()), None, None);
+        log.finish(
+            b,
+            StatementEnd {
+                error: Some("boom".into()),
+                ..Default::default()
+            },
+        );
         let listed: Vec<_> = log.list().iter().map(|s| (s.id, s.state)).collect();
         assert_eq!(
             listed,
@@ -184,5 +301,31 @@ mod tests {
         }
         assert_eq!(log.list().len(), KEPT);
         assert!(log.get(a).is_none());
+    }
+
+    #[test]
+    fn live_statements_stay_and_can_be_asked_to_cancel() {
+        let log = StatementLog::default();
+        let running = log.submit("MERGE INTO t USING s ON t.id = s.id");
+        log.start(running, 0);
+        assert_eq!(log.get(running).unwrap().kind, StatementKind::Merge);
+        for i in 0..KEPT + 5 {
+            let id = log.submit(&format!("SELECT {i}"));
+            log.start(id, 0);
+            log.finish(id, StatementEnd::default());
+        }
+        assert_eq!(log.list().len(), KEPT);
+        assert_eq!(log.request_cancel(running), Some(StatementState::Running));
+        assert!(log.get(running).unwrap().cancel_requested);
+        let ended = log.list()[0].id;
+        assert_eq!(log.request_cancel(ended), Some(StatementState::Succeeded));
+        assert!(!log.get(ended).unwrap().cancel_requested);
+        assert_eq!(log.request_cancel(9999), None);
+        let text = log.metrics().render();
+        assert!(
+            text.contains("icemerge_statements_succeeded_total{kind=\"query\"} 205"),
+            "{text}"
+        );
+        assert!(text.contains("icemerge_statements_running 1"), "{text}");
     }
 }

@@ -212,8 +212,10 @@ impl Session {
         let batches = self.run_plan(graph, statement).await?;
         let mut outcome = collect_fragments(&planned.base, &batches)?;
         if let Some(dir) = &options.test_pause_before_commit {
-            pause_before_commit(dir).await?;
+            pause_before_commit(dir, &|| self.control.is_cancel_requested()).await?;
         }
+        // Cancelled after its job ended: nothing is committed.
+        self.control.check()?;
         let commit_started = now_nanos();
         let (committed, cpu) =
             measure_thread_cpu(commit_merge(&self.catalog, planned, &outcome)).await;

@@ -60,13 +60,14 @@ use icemerge_planner::ddl::{parse_create_table, split_statements};
 use icemerge_planner::explain::{stage_graph, ExplainDocument, StageGraph, Timing};
 use icemerge_planner::merge as merge_sql;
 use icemerge_planner::procedures::parse_procedure_call;
+use icemerge_planner::statement_commands::StatementCommand;
 
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
 use crate::catalog::{open_catalog, IcebergCatalogProvider, IcebergTableProvider, OpenCatalog};
 use crate::engine::{
     now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl, SchedulerTarget,
 };
-use icemerge_proto::error::invalid_input;
+use icemerge_proto::error::{invalid_input, unsupported};
 use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
 pub use metrics::OperatorMetrics;
@@ -320,6 +321,13 @@ impl Session {
     async fn dispatch(&self, sql: &str) -> Result<StatementOutput> {
         if let Some(create) = parse_create_table(sql)? {
             return self.create_table(create).await;
+        }
+        if let Some(command) = StatementCommand::parse(sql)? {
+            return Err(unsupported(format!(
+                "{} works on an icemerge-scheduler (icemerge --scheduler HOST:PORT): \
+                 this session runs its statements itself, one at a time",
+                command.name()
+            )));
         }
         if let Some(call) = parse_procedure_call(sql)? {
             let ident = self.object_ident(&call.table)?;

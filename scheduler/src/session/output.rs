@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, StringArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, StringArray, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
 
@@ -69,6 +69,20 @@ impl StatementOutput {
         let batch = batches.iter().find(|b| b.num_rows() == 1)?;
         let text = batch.column(0).as_any().downcast_ref::<StringArray>()?;
         Some(text.value(0))
+    }
+
+    /// The value of the UInt64 column `name` of a one-row output (a figure
+    /// of the MERGE result row, e.g. `commit_attempts`).
+    pub fn figure(&self, name: &str) -> Option<u64> {
+        let StatementOutput::Rows { schema, batches } = self else {
+            return None;
+        };
+        let index = schema.index_of(name).ok()?;
+        let [batch] = &batches[..] else {
+            return None;
+        };
+        let column = batch.column(index).as_any().downcast_ref::<UInt64Array>()?;
+        (column.len() == 1 && !column.is_null(0)).then(|| column.value(0))
     }
 
     /// The row of an INSERT: how many rows it wrote.

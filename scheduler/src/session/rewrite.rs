@@ -309,7 +309,10 @@ impl Session {
         let result = match result {
             // The test hook MERGE has too: a commit at a known point.
             Ok(files) => match &self.icemerge_options().test_pause_before_commit {
-                Some(dir) => pause_before_commit(dir).await.map(|()| files),
+                Some(dir) => pause_before_commit(dir, &|| self.control.is_cancel_requested())
+                    .await
+                    .and_then(|()| self.control.check())
+                    .map(|()| files),
                 None => Ok(files),
             },
             Err(e) => Err(e),

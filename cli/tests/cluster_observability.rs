@@ -9,11 +9,11 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use icemerge_tests::http_get;
+use icemerge_tests::parquet_files;
 use support::{Cluster, CLI};
 
 const TOKEN: &str = "obs-token";
@@ -275,6 +275,31 @@ fn cancel(cluster: &Cluster, id: u64) -> Output {
     cluster.cli(Some(TOKEN), &["-c", &format!("CANCEL STATEMENT {id}")])
 }
 
+/// `CANCEL STATEMENT id`, which must succeed.
+fn cancelled(cluster: &Cluster, id: u64) {
+    let out = cancel(cluster, id);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("CANCEL STATEMENT {id}: cancelled")
+    );
+}
+
+/// `CANCEL STATEMENT id`, which must fail saying `why`.
+fn cancel_refused(cluster: &Cluster, id: u64, why: &str) {
+    let out = cancel(cluster, id);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("CANCEL STATEMENT {id}: {why}")),
+        "{stderr}"
+    );
+}
+
 /// Waits for a client that must fail as cancelled (exit status 130).
 fn wait_cancelled(child: Child) -> String {
     let out = child.wait_with_output().unwrap();
@@ -282,22 +307,6 @@ fn wait_cancelled(child: Child) -> String {
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("statement cancelled"), "{stderr}");
     stderr
-}
-
-fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
-    let mut files = std::collections::BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
-                files.insert(path);
-            }
-        }
-    }
-    files
 }
 
 #[test]
@@ -349,17 +358,7 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     // A statement behind it waits; cancelled, it never runs.
     let queued = spawn_cli(&cluster, "SELECT 42 AS queued");
     let queued_id = wait_listed(&cluster, "SELECT 42 AS queued", "queued");
-    let out = cancel(&cluster, queued_id);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        stdout.trim(),
-        format!("CANCEL STATEMENT {queued_id}: cancelled")
-    );
+    cancelled(&cluster, queued_id);
     let stderr = wait_cancelled(queued);
     assert!(stderr.contains("while queued"), "{stderr}");
     assert_eq!(
@@ -369,16 +368,7 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     );
 
     // The held MERGE, cancelled: nothing committed, its files deleted.
-    let out = cancel(&cluster, merge_id);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("CANCEL STATEMENT {merge_id}: cancelled")
-    );
+    cancelled(&cluster, merge_id);
     wait_cancelled(merge);
     std::fs::write(pause.path().join("go"), b"").unwrap();
     assert_eq!(cluster.sql(Some(TOKEN), table), "n,s\n100,0\n");
@@ -400,22 +390,12 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     assert_eq!((id, state.as_str()), (merge_id, "failed"));
 
     // Ended and unknown ids are refused by name.
-    let out = cancel(&cluster, merge_id);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(&format!(
-            "CANCEL STATEMENT {merge_id}: statement {merge_id} already failed"
-        )),
-        "{stderr}"
+    cancel_refused(
+        &cluster,
+        merge_id,
+        &format!("statement {merge_id} already failed"),
     );
-    let out = cancel(&cluster, 987654);
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("CANCEL STATEMENT 987654: this scheduler has no statement 987654"),
-        "{stderr}"
-    );
+    cancel_refused(&cluster, 987654, "this scheduler has no statement 987654");
 
     // A running job (a cross join far too big to finish): cancelled on the
     // cluster, the statement ends at once.
@@ -429,16 +409,7 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     );
     std::thread::sleep(Duration::from_secs(2));
     let asked = Instant::now();
-    let out = cancel(&cluster, slow_id);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("CANCEL STATEMENT {slow_id}: cancelled")
-    );
+    cancelled(&cluster, slow_id);
     let stderr = wait_cancelled(running);
     assert!(stderr.contains("(job "), "the job was cancelled: {stderr}");
     assert!(

@@ -7,11 +7,12 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use icemerge_tests::http_get;
+use icemerge_tests::parquet_files;
 use support::{Cluster, CLI, SCHEDULER};
 
 #[test]
@@ -151,23 +152,6 @@ fn adbc_flight_sql_client_runs_merge() {
         cluster.sql(Some("py-token"), "SELECT count(*) AS n FROM py.t"),
         "n\n105\n"
     );
-}
-
-/// Every `.parquet` file under `dir`.
-fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
-    let mut files = std::collections::BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
-                files.insert(path);
-            }
-        }
-    }
-    files
 }
 
 #[test]

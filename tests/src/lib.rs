@@ -416,3 +416,20 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> 
         .unwrap_or(0);
     (status, body.to_string())
 }
+
+/// Every `.parquet` file under `dir`.
+pub fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut files = std::collections::BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "parquet") {
+                files.insert(path);
+            }
+        }
+    }
+    files
+}

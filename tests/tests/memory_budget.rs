@@ -11,7 +11,7 @@ use icemerge_planner::explain::{ExplainDocument, StageKind};
 use icemerge_proto::error::{ErrorKind, IcemergeError};
 use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
-use icemerge_tests::{query, ENGINES};
+use icemerge_tests::{parquet_files, query, ENGINES};
 
 async fn open(warehouse: &Path, engine: EngineKind, limit: &str) -> Session {
     open_with(warehouse, engine, limit, 4).await
@@ -35,23 +35,6 @@ async fn open_with(
     })
     .await
     .expect("open session")
-}
-
-fn data_files(warehouse: &Path) -> Vec<String> {
-    let mut files = vec![];
-    let mut stack = vec![warehouse.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
-                files.push(path.display().to_string());
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +70,7 @@ async fn a_sort_beyond_the_budget_spills_and_a_merge_beyond_it_fails_cleanly() {
         assert_eq!(ordered.len(), 3);
 
         // A merge whose join must hold the whole table cannot fit in 1 MiB.
-        let before = data_files(dir.path());
+        let before = parquet_files(dir.path());
         let tiny = open(dir.path(), engine, "1MiB").await;
         let err = tiny
             .execute(
@@ -113,7 +96,7 @@ async fn a_sort_beyond_the_budget_spills_and_a_merge_beyond_it_fails_cleanly() {
             "{engine:?}: the table changed"
         );
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
-        while data_files(dir.path()) != before {
+        while parquet_files(dir.path()) != before {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{engine:?}: files left behind"

@@ -175,10 +175,8 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let liveness = ExecutorLiveness::default();
     let metrics = SchedulerMetrics::new();
 
-    let ballista_listener = bind(options.bind_host, options.ballista_port, "Ballista").await?;
-    let ballista_addr = ballista_listener
-        .local_addr()
-        .map_err(|e| config_err(e.to_string()))?;
+    let (ballista_listener, ballista_addr) =
+        bind(options.bind_host, options.ballista_port, "Ballista").await?;
     let scheduler = create_ballista_scheduler(&options, config.clone(), ballista_addr).await?;
     let progress = JobProgress::new(ballista_scheduler::api::get_routes(Arc::new(
         scheduler.clone(),
@@ -218,10 +216,8 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     )
     .await?;
 
-    let flight_listener = bind(options.bind_host, options.flight_sql_port, "Flight SQL").await?;
-    let flight_sql_addr = flight_listener
-        .local_addr()
-        .map_err(|e| config_err(e.to_string()))?;
+    let (flight_listener, flight_sql_addr) =
+        bind(options.bind_host, options.flight_sql_port, "Flight SQL").await?;
     let auth = Auth {
         token: options.token.clone(),
     };
@@ -229,10 +225,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let log = StatementLog::new(metrics.clone());
     let (metrics, metrics_addr) = match options.metrics_port {
         Some(port) => {
-            let listener = bind(options.bind_host, port, "metrics").await?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| config_err(e.to_string()))?;
+            let (listener, addr) = bind(options.bind_host, port, "metrics").await?;
             let endpoint = MetricsEndpoint {
                 metrics,
                 liveness,
@@ -248,10 +241,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     };
     let (ui, ui_addr) = match options.ui_port {
         Some(port) => {
-            let listener = bind(options.bind_host, port, "live page").await?;
-            let addr = listener
-                .local_addr()
-                .map_err(|e| config_err(e.to_string()))?;
+            let (listener, addr) = bind(options.bind_host, port, "live page").await?;
             let page = LivePage {
                 log: log.clone(),
                 session: session.clone(),
@@ -294,10 +284,15 @@ fn host_for_url(host: &str) -> String {
     }
 }
 
-async fn bind(host: IpAddr, port: u16, what: &str) -> Result<TcpListener> {
-    TcpListener::bind(SocketAddr::new(host, port))
+/// A listener on `host:port` (port 0: any free port) and the address it got.
+async fn bind(host: IpAddr, port: u16, what: &str) -> Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind(SocketAddr::new(host, port))
         .await
-        .map_err(|e| config_err(format!("cannot bind the {what} port {host}:{port}: {e}")))
+        .map_err(|e| config_err(format!("cannot bind the {what} port {host}:{port}: {e}")))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| config_err(format!("the {what} port {host}:{port}: {e}")))?;
+    Ok((listener, addr))
 }
 
 async fn create_ballista_scheduler(

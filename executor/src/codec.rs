@@ -3,7 +3,8 @@
 //! messages behind a magic prefix; everything else is Ballista's (shuffle
 //! reader / writer) or DataFusion's, through Ballista's codec. Our one
 //! expression, checked arithmetic, travels as its operator behind its own
-//! prefix (its operands are the expression's children).
+//! prefix (its operands are the expression's children); our functions
+//! (checked `sum`, the insert route) travel as markers.
 
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use prost::Message;
 
 use crate::checked_arithmetic::CheckedArithmeticExpr;
 use crate::checked_sum::{CheckedSum, CHECKED_SUM_MARK};
+use crate::insert_route::{InsertRoute, INSERT_ROUTE_MARK};
 use crate::merge_on_read::MergeOnReadWriterExec;
 use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
@@ -289,10 +291,17 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
     }
 
     fn try_decode_udf(&self, name: &str, buf: &[u8]) -> Result<Arc<ScalarUDF>> {
+        if buf == INSERT_ROUTE_MARK {
+            return Ok(InsertRoute::udf());
+        }
         self.fallback.try_decode_udf(name, buf)
     }
 
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> Result<()> {
+        if node.inner().as_any().is::<InsertRoute>() {
+            buf.extend_from_slice(INSERT_ROUTE_MARK);
+            return Ok(());
+        }
         self.fallback.try_encode_udf(node, buf)
     }
 

@@ -27,6 +27,7 @@ pub mod cleanup;
 pub mod codec;
 pub mod deletes;
 pub mod file_io;
+pub mod insert_route;
 pub mod live_rows;
 pub mod merge_on_read;
 pub mod merge_writer;

@@ -741,8 +741,10 @@ pub fn assignment_probe(
 /// SQL name of the target's row-id relation (table columns + `_file`, `_pos`).
 ///
 /// Inserted rows have no data file; they spread over `$1` routes (a
-/// parameter, bound once the source's size is known): few inserted rows go
-/// to few writers, and so make few files.
+/// parameter, bound once the source's size is known) by a hash of their
+/// values (`icemerge_insert_route`, registered by the session): few
+/// inserted rows go to few writers, and so make few files, and a re-run
+/// task routes every row as its first run did.
 pub fn classify_sql(
     bound: &BoundMerge,
     target_relation: &str,
@@ -783,8 +785,13 @@ pub fn classify_sql(
             quote(c)
         ));
     }
-    // The route spreads inserts (no data file) over the writers.
-    let spread = "CAST(CAST(floor(random() * CAST($1 AS DOUBLE)) AS BIGINT) AS VARCHAR)";
+    // The route spreads inserts (no data file) over the writers: a hash of
+    // the inserted values, the same on every run of a task.
+    let values: Vec<String> = columns.iter().map(|c| quote(c)).collect();
+    let spread = format!(
+        "icemerge_insert_route(CAST($1 AS DOUBLE), {})",
+        values.join(", ")
+    );
     let outer: Vec<String> = [
         OP_COLUMN.to_string(),
         FILE_COLUMN.to_string(),

@@ -54,6 +54,7 @@ use iceberg::Catalog;
 use icemerge_executor::checked_arithmetic::CheckedArithmetic;
 use icemerge_executor::checked_constants::{without_rule_context, CheckedConstants};
 use icemerge_executor::checked_sum::CheckedSum;
+use icemerge_executor::insert_route::InsertRoute;
 use icemerge_executor::write_exec::IcebergWriteExec;
 use icemerge_planner::alter_table::parse_alter_table;
 use icemerge_planner::ddl::{parse_create_table, split_statements};
@@ -185,6 +186,8 @@ impl Session {
         let ctx = SessionContext::new_with_state(state);
         // `sum` of BIGINT fails on overflow instead of wrapping.
         ctx.register_udaf(CheckedSum::udaf().as_ref().clone());
+        // The route of a MERGE's inserted rows (see the classification).
+        ctx.register_udf(InsertRoute::udf().as_ref().clone());
         let provider = Arc::new(IcebergCatalogProvider::new(
             catalog.catalog.clone(),
             catalog.file_io_props.clone(),

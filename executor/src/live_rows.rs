@@ -18,8 +18,11 @@ use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
 
+use datafusion::physical_plan::metrics::Count;
+
 use crate::deletes::DataFileDeletes;
 use crate::iceberg_err;
+use crate::scan_exec::StorageBytes;
 
 /// A batch of live rows and their positions in the data file.
 pub struct LiveBatch {
@@ -31,12 +34,14 @@ pub struct LiveBatch {
 
 /// The live rows of `task`'s data file (its projected columns), given the
 /// `deletes` that apply to it. `task.deletes` and `task.predicate` are not
-/// used: every row is read and only `deletes` remove rows.
+/// used: every row is read and only `deletes` remove rows. The bytes read
+/// from storage are added to `bytes`.
 pub fn read_live_rows(
     file_io: FileIO,
     mut task: FileScanTask,
     deletes: DataFileDeletes,
     batch_size: usize,
+    bytes: Count,
 ) -> Result<BoxStream<'static, Result<LiveBatch>>> {
     let projected = task.project_field_ids.len();
     let mut positions_of_extra = vec![];
@@ -49,6 +54,13 @@ pub fn read_live_rows(
             }
         }
     }
+    // No column wanted: iceberg's reader would read them all; read the
+    // cheapest (dropped below with the other extra columns).
+    if task.project_field_ids.is_empty() {
+        if let Some(id) = crate::scan_exec::cheapest_column(&task.schema) {
+            task.project_field_ids.push(id);
+        }
+    }
     task.deletes = vec![];
     task.predicate = None;
     let reader = ArrowReaderBuilder::new(file_io, Runtime::try_current().map_err(iceberg_err)?)
@@ -57,14 +69,16 @@ pub fn read_live_rows(
         .with_row_group_filtering_enabled(false)
         .with_row_selection_enabled(false)
         .build();
-    let batches = reader
+    let result = reader
         .read(futures::stream::iter([Ok(task)]).boxed())
-        .map_err(iceberg_err)?
-        .stream();
+        .map_err(iceberg_err)?;
+    let mut io = StorageBytes::new(result.metrics().clone(), bytes);
+    let batches = result.stream();
     let mut start: i64 = 0;
     let keep: Vec<usize> = (0..projected).collect();
     Ok(batches
         .map(move |batch| {
+            io.update();
             let batch = batch.map_err(iceberg_err)?;
             let rows = batch.num_rows();
             let positions = Int64Array::from_iter_values(start..start + rows as i64);

@@ -18,13 +18,15 @@ use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
 };
 use futures::{StreamExt, TryStreamExt};
-use iceberg::arrow::ArrowReaderBuilder;
+use iceberg::arrow::{ArrowReaderBuilder, ScanMetrics};
 use iceberg::expr::Predicate;
 use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
@@ -249,10 +251,11 @@ impl ExecutionPlan for IcebergScanExec {
             .cloned()
             .ok_or_else(|| internal(format!("IcebergScanExec has no partition {partition}")))?;
         let files = MetricBuilder::new(&self.metrics).counter("files_scanned", partition);
+        // Bytes read from storage (footers, the projected columns' pages),
+        // not the files' sizes.
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_scanned", partition);
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
         files.add(tasks.len());
-        bytes.add(tasks.iter().map(|t| t.length as usize).sum());
 
         let schema = self.schema.clone();
         let file_io = file_io_from_props(&self.file_io_props);
@@ -293,6 +296,7 @@ impl ExecutionPlan for IcebergScanExec {
                     data_schema.clone(),
                     out_schema.clone(),
                     loader.clone(),
+                    bytes.clone(),
                 )
             })
             .buffered(1)
@@ -345,6 +349,7 @@ async fn read_unit(
     data_schema: SchemaRef,
     out_schema: SchemaRef,
     deletes: Option<Arc<DeleteLoader>>,
+    bytes: Count,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
     for task in &unit {
         for delete in &task.deletes {
@@ -354,8 +359,28 @@ async fn read_unit(
     if let Some(loader) = deletes {
         let [task] = <[FileScanTask; 1]>::try_from(unit)
             .map_err(|_| internal("a row-id scan reads one file at a time"))?;
-        return read_with_row_ids(task, file_io, batch_size, data_schema, out_schema, &loader)
-            .await;
+        return read_with_row_ids(
+            task,
+            file_io,
+            batch_size,
+            data_schema,
+            out_schema,
+            &loader,
+            bytes,
+        )
+        .await;
+    }
+    // No column asked for (e.g. `count(*)`): iceberg's reader would read
+    // every column, so each task reads its cheapest one, dropped again.
+    let mut unit = unit;
+    let mut placeholder = false;
+    for task in &mut unit {
+        if task.project_field_ids.is_empty() {
+            if let Some(id) = cheapest_column(&task.schema) {
+                task.project_field_ids = vec![id];
+                placeholder = true;
+            }
+        }
     }
     let runtime = Runtime::try_current().map_err(iceberg_err)?;
     let reader = ArrowReaderBuilder::new(file_io, runtime)
@@ -365,10 +390,77 @@ async fn read_unit(
         .with_row_selection_enabled(true)
         .build();
     let task_stream = futures::stream::iter(unit.into_iter().map(Ok)).boxed();
-    let batches = reader.read(task_stream).map_err(iceberg_err)?.stream();
+    let result = reader.read(task_stream).map_err(iceberg_err)?;
+    let mut io = StorageBytes::new(result.metrics().clone(), bytes);
+    let batches = result.stream();
     Ok(batches
-        .map(move |batch| conform(&data_schema, batch.map_err(iceberg_err)?))
+        .map(move |batch| {
+            io.update();
+            let batch = batch.map_err(iceberg_err)?;
+            let batch = if placeholder {
+                batch.project(&[])?
+            } else {
+                batch
+            };
+            conform(&data_schema, batch)
+        })
         .boxed())
+}
+
+/// Adds what an iceberg reader has read from storage to a scan's counter:
+/// as batches come ([`StorageBytes::update`]) and, for reads no batch
+/// followed (a file whose rows are all deleted), when dropped.
+pub(crate) struct StorageBytes {
+    io: ScanMetrics,
+    counter: Count,
+    counted: u64,
+}
+
+impl StorageBytes {
+    pub(crate) fn new(io: ScanMetrics, counter: Count) -> Self {
+        Self {
+            io,
+            counter,
+            counted: 0,
+        }
+    }
+
+    /// Adds the bytes read since the last update.
+    pub(crate) fn update(&mut self) {
+        let now = self.io.bytes_read();
+        self.counter.add(now.saturating_sub(self.counted) as usize);
+        self.counted = now.max(self.counted);
+    }
+}
+
+impl Drop for StorageBytes {
+    fn drop(&mut self) {
+        self.update();
+    }
+}
+
+/// The top-level column of `schema` cheapest to read when only row counts
+/// are wanted: the narrowest fixed-width type, else any primitive one.
+pub(crate) fn cheapest_column(schema: &iceberg::spec::Schema) -> Option<i32> {
+    use iceberg::spec::{PrimitiveType as P, Type};
+    let cost = |t: &Type| -> Option<u8> {
+        let Type::Primitive(p) = t else {
+            return None;
+        };
+        Some(match p {
+            P::Boolean | P::Int | P::Date | P::Float => 0,
+            P::Long | P::Double | P::Time | P::Timestamp | P::Timestamptz => 1,
+            P::Decimal { .. } | P::TimestampNs | P::TimestamptzNs => 2,
+            _ => 3,
+        })
+    };
+    schema
+        .as_struct()
+        .fields()
+        .iter()
+        .filter_map(|f| cost(&f.field_type).map(|c| (c, f.id)))
+        .min_by_key(|(c, _)| *c)
+        .map(|(_, id)| id)
 }
 
 /// One file's live rows with `_file` and their original `_pos`.
@@ -379,10 +471,11 @@ async fn read_with_row_ids(
     data_schema: SchemaRef,
     out_schema: SchemaRef,
     loader: &DeleteLoader,
+    bytes: Count,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
     let path = task.data_file_path.clone();
     let deletes = loader.for_file(&path, &task.deletes).await?;
-    let batches = read_live_rows(file_io, task, deletes, batch_size)?;
+    let batches = read_live_rows(file_io, task, deletes, batch_size, bytes)?;
     Ok(batches
         .map(move |live| {
             let live = live?;

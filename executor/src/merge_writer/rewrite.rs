@@ -152,7 +152,6 @@ impl FileRewriter {
             .await
             .map_err(iceberg_err)?
             .size;
-        metrics.bytes_read.add(size as usize);
         metrics.files_read.add(1);
         let schema = self.schema.clone();
         let task = FileScanTask {
@@ -173,7 +172,13 @@ impl FileRewriter {
         };
         let listed = self.file_deletes.get(file).map_or(&[][..], Vec::as_slice);
         let deletes = deletes.for_file(file, listed).await?;
-        read_live_rows(self.file_io.clone(), task, deletes, self.batch_size)
+        read_live_rows(
+            self.file_io.clone(),
+            task,
+            deletes,
+            self.batch_size,
+            metrics.bytes_read.clone(),
+        )
     }
 }
 

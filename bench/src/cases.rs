@@ -7,7 +7,7 @@
 //! Each case knows its source, its MERGE statement and the nearest
 //! `peers.py` case.
 
-use crate::data::{Layout, Sample, SourceSpec, COLUMNS, KEYS};
+use crate::data::{Layout, NewKeys, Sample, SourceSpec, COLUMNS, KEYS};
 
 /// What the MERGE does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,6 +54,14 @@ impl Case {
             source: SourceSpec {
                 matched: Sample::fraction(matched, 0),
                 new: Sample::fraction(not_matched, 1),
+                // Insert-only sources take keys inside the target's key
+                // range, as the Delta merge benchmark's do: the target scan
+                // cannot prune every file. The upserts' new keys lie above
+                // it (their matched keys reach every file anyway).
+                new_keys: match kind {
+                    Kind::InsertOnly | Kind::MultipleInsertOnly => NewKeys::InsideTarget,
+                    _ => NewKeys::AboveTarget,
+                },
                 identical: kind == Kind::NoopUpsert,
             },
             fixed_cost: false,
@@ -194,6 +202,7 @@ pub fn all(layout: Layout) -> Vec<Case> {
                 stride: (span / new).max(1),
                 count: new.min(span - 1),
             },
+            new_keys: NewKeys::AboveTarget,
             identical: false,
         },
         fixed_cost: false,
@@ -211,6 +220,7 @@ pub fn all(layout: Layout) -> Vec<Case> {
                 count: 1,
             },
             new: Sample::None,
+            new_keys: NewKeys::AboveTarget,
             identical: false,
         },
         fixed_cost: true,

@@ -50,8 +50,21 @@ pub const COLUMNS: [(&str, &str); 24] = [
 /// The MERGE key.
 pub const KEYS: [&str; 2] = ["wr_item_sk", "wr_order_number"];
 
-/// Added to `wr_order_number` of a new source row: above every target value.
+/// Added to `wr_order_number` of a new source row above the target's keys.
 const NEW_ORDER_OFFSET: i64 = 4_000_000_000_000;
+
+/// Where the keys of a source's new rows lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NewKeys {
+    /// `wr_order_number` above every target value: file statistics show that
+    /// no target file can match, so pruning skips them all.
+    AboveTarget,
+    /// `wr_order_number` one step past its target row's, inside the same
+    /// item's band: a key no target row has, but inside the key range of
+    /// the file that holds the item (the Delta merge benchmark's way), so
+    /// pruning cannot skip that file.
+    InsideTarget,
+}
 
 /// `CREATE TABLE` column list.
 pub fn ddl_columns() -> String {
@@ -64,8 +77,8 @@ pub fn ddl_columns() -> String {
 
 /// The SELECT list of row `v` (an SQL BIGINT expression). `salt` 0 gives the
 /// target's values; another salt changes every non-key value; `new_key`
-/// moves `wr_order_number` out of the target's range.
-fn row_select(v: &str, salt: i64, new_key: bool) -> String {
+/// gives `wr_order_number` a value no target row of the item has.
+fn row_select(v: &str, salt: i64, new_key: Option<NewKeys>) -> String {
     let int = |mult: i64, modulus: i64| format!("CAST(({v} * {mult} + {salt}) % {modulus} AS INT)");
     let nullable = |every: i64, mult: i64, modulus: i64| {
         format!(
@@ -75,10 +88,17 @@ fn row_select(v: &str, salt: i64, new_key: bool) -> String {
     };
     let dec =
         |mult: i64| format!("CAST((({v} * {mult} + {salt}) % 99999) / 100.0 AS DECIMAL(7, 2))");
-    let order = if new_key {
-        format!("({v} % 8) * 1000003 + ({v} * 7919) % 1000003 + {NEW_ORDER_OFFSET}")
-    } else {
-        format!("({v} % 8) * 1000003 + ({v} * 7919) % 1000003")
+    // The 8 rows of an item lie in 8 bands of 1000003 order numbers, one
+    // row per band; the next number in the row's band (wrapping inside it)
+    // is no target row's.
+    let order = match new_key {
+        None => format!("({v} % 8) * 1000003 + ({v} * 7919) % 1000003"),
+        Some(NewKeys::AboveTarget) => {
+            format!("({v} % 8) * 1000003 + ({v} * 7919) % 1000003 + {NEW_ORDER_OFFSET}")
+        }
+        Some(NewKeys::InsideTarget) => {
+            format!("({v} % 8) * 1000003 + ({v} * 7919 + 1) % 1000003")
+        }
     };
     let exprs = [
         format!("CAST(2450820 + ({v} * 31 + {salt}) % 2000 AS INT)"),
@@ -194,6 +214,8 @@ impl Sample {
 pub struct SourceSpec {
     pub matched: Sample,
     pub new: Sample,
+    /// Where the new rows' keys lie.
+    pub new_keys: NewKeys,
     /// Matched rows keep the target's values (for a no-op update).
     pub identical: bool,
 }
@@ -267,7 +289,7 @@ pub async fn write_target(s: &Session, layout: Layout, dir: &Path) -> Result<()>
         let tmp = hidden(&path);
         s.execute_one(&format!(
             "COPY (SELECT {} FROM generate_series({lo}, {}) ORDER BY value) TO '{}' {COPY_OPTIONS}",
-            row_select("value", 0, false),
+            row_select("value", 0, None),
             hi - 1,
             tmp.display()
         ))
@@ -290,10 +312,10 @@ pub async fn write_source(s: &Session, rows: u64, spec: &SourceSpec, path: &Path
     s.execute_one(&format!(
         "COPY (SELECT {} FROM generate_series({mlo}, {}) WHERE {} \
          UNION ALL SELECT {} FROM generate_series({nlo}, {}) WHERE {}) TO '{}' {COPY_OPTIONS}",
-        row_select("value", salt, false),
+        row_select("value", salt, None),
         mhi.max(mlo + 1) - 1,
         spec.matched.sql(),
-        row_select("value", 2, true),
+        row_select("value", 2, Some(spec.new_keys)),
         nhi.max(nlo + 1) - 1,
         spec.new.sql(),
         tmp.display()

@@ -17,6 +17,7 @@ mod floor;
 mod icemerge;
 mod maintenance;
 mod peers;
+mod plot;
 mod process;
 mod report;
 
@@ -29,7 +30,7 @@ use clap::{Parser, Subcommand};
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
 
 use crate::cases::Case;
-use crate::data::{target_file, Layout};
+use crate::data::{target_file, Layout, NewKeys};
 use crate::icemerge::{Engine, Mode};
 use crate::report::{CaseResult, EngineResult, Floor, Report, ScaleResult};
 
@@ -121,6 +122,10 @@ struct Args {
     /// Report whose generated section is rewritten.
     #[arg(long, default_value = "docs/BENCHMARKS.md")]
     markdown: PathBuf,
+    /// Plot of merge time and peak RSS against table size (SVG), rewritten
+    /// with the report when a case has figures at two sizes or more.
+    #[arg(long, default_value = "docs/benchmarks-scaling.svg")]
+    plot: PathBuf,
     /// Take peer and floor figures of a case from the JSON (same scale)
     /// instead of running them again; only icemerge runs.
     #[arg(long)]
@@ -235,7 +240,10 @@ fn case_paths(work: &Path, case: &Case, layout: Layout) -> (PathBuf, PathBuf) {
     let source = work
         .join(format!("data-{}-{}", layout.rows, layout.files))
         .join("sources")
-        .join(format!("{}.parquet", case.name));
+        .join(match case.source.new_keys {
+            NewKeys::AboveTarget => format!("{}.parquet", case.name),
+            NewKeys::InsideTarget => format!("{}-keys-inside.parquet", case.name),
+        });
     (data.join("target"), source)
 }
 
@@ -396,6 +404,7 @@ async fn run(args: Args) -> Result<()> {
     if args.report_only {
         let report = Report::load(&args.json);
         report::write_markdown(&args.markdown, &report)?;
+        plot::write_svg(&args.plot, &report)?;
         for s in &report.scales {
             println!("{} rows\n{}", s.rows, report::console_table(s));
             if let Some(t) = report::console_modes_table(s) {
@@ -485,6 +494,7 @@ async fn run(args: Args) -> Result<()> {
         report.put(scale.clone());
         report.save(&args.json)?;
         report::write_markdown(&args.markdown, &report)?;
+        plot::write_svg(&args.plot, &report)?;
     }
     println!(
         "{} rows in {} files, {} runs\n{}",

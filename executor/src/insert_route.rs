@@ -84,9 +84,11 @@ impl ScalarUDFImpl for InsertRoute {
         let routes = match routes {
             ColumnarValue::Scalar(ScalarValue::Float64(Some(n))) if *n >= 1.0 => *n as u64,
             ColumnarValue::Scalar(ScalarValue::Int64(Some(n))) if *n >= 1 => *n as u64,
-            other => return Err(invalid_input(format!(
+            other => {
+                return Err(invalid_input(format!(
                 "{INSERT_ROUTE}: the number of routes must be a positive constant, not {other:?}"
-            ))),
+            )))
+            }
         };
         let arrays: Vec<ArrayRef> = values
             .iter()

@@ -285,20 +285,17 @@ impl ExecutionPlan for IcebergScanExec {
             ))),
             _ => None,
         };
-        let table = self.table.clone();
+        let context = UnitContext {
+            table: self.table.clone(),
+            file_io,
+            batch_size,
+            data_schema,
+            out_schema,
+            deletes: loader,
+            bytes,
+        };
         let stream = futures::stream::iter(units)
-            .map(move |unit| {
-                read_unit(
-                    table.clone(),
-                    unit,
-                    file_io.clone(),
-                    batch_size,
-                    data_schema.clone(),
-                    out_schema.clone(),
-                    loader.clone(),
-                    bytes.clone(),
-                )
-            })
+            .map(move |unit| read_unit(unit, context.clone()))
             .buffered(1)
             .try_flatten();
         let mut remaining = self.limit.unwrap_or(usize::MAX);
@@ -337,20 +334,39 @@ impl ExecutionPlan for IcebergScanExec {
     }
 }
 
+/// What each unit of one scan task is read with.
+#[derive(Clone)]
+struct UnitContext {
+    table: String,
+    file_io: iceberg::io::FileIO,
+    batch_size: usize,
+    /// The scan's columns without the row ids.
+    data_schema: SchemaRef,
+    /// The scan's output schema.
+    out_schema: SchemaRef,
+    /// Row-id mode: the task's delete files, each read once.
+    deletes: Option<Arc<DeleteLoader>>,
+    /// `bytes_scanned`: bytes read from storage.
+    bytes: Count,
+}
+
 /// Reads one unit of files: a stream of batches in the scan's schema. In
 /// row-id mode the unit is one file, read by `live_rows` (original
 /// positions, deleted rows skipped) with `_file` / `_pos` appended;
 /// otherwise iceberg's reader streams the unit, applying delete files.
 async fn read_unit(
-    table: String,
     unit: Vec<FileScanTask>,
-    file_io: iceberg::io::FileIO,
-    batch_size: usize,
-    data_schema: SchemaRef,
-    out_schema: SchemaRef,
-    deletes: Option<Arc<DeleteLoader>>,
-    bytes: Count,
+    context: UnitContext,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    let UnitContext {
+        table,
+        file_io,
+        batch_size,
+        data_schema,
+        out_schema,
+        deletes,
+        bytes,
+    } = context;
     for task in &unit {
         for delete in &task.deletes {
             refuse_deletion_vector(&table, &task.data_file_path, &delete.file_path)?;

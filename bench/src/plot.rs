@@ -56,45 +56,34 @@ pub fn write_svg(path: &Path, report: &Report) -> Result<()> {
         };
         let seconds = |e: &Option<EngineResult>| e.as_ref()?.median_seconds();
         let rss = |e: &Option<EngineResult>| Some(e.as_ref()?.median_process_rss()? / MIB);
-        let time = [
-            Series {
-                name: "icemerge copy-on-write",
-                color: BLUE,
-                points: points(&|c| seconds(&c.local)),
-            },
-            Series {
-                name: "icemerge merge-on-read",
-                color: GREEN,
-                points: points(&|c| seconds(&c.local_mor)),
-            },
-            Series {
-                name: "delta-rs",
-                color: RED,
-                points: points(&|c| c.peer_seconds("delta")),
-            },
-            Series {
-                name: "copy-on-write floor",
-                color: BLACK,
-                points: points(&|c| c.floor_seconds()),
-            },
-        ];
-        let memory = [
-            Series {
-                name: "icemerge copy-on-write",
-                color: BLUE,
-                points: points(&|c| rss(&c.local)),
-            },
-            Series {
-                name: "icemerge merge-on-read",
-                color: GREEN,
-                points: points(&|c| rss(&c.local_mor)),
-            },
-            Series {
-                name: "delta-rs",
-                color: RED,
-                points: points(&|c| Some(c.peer_rss("delta")? / MIB)),
-            },
-        ];
+        // Per chart: icemerge in both write modes and delta-rs.
+        let lines = |engine: &dyn Fn(&Option<EngineResult>) -> Option<f64>,
+                     delta: &dyn Fn(&CaseResult) -> Option<f64>| {
+            vec![
+                Series {
+                    name: "icemerge copy-on-write",
+                    color: BLUE,
+                    points: points(&|c| engine(&c.local)),
+                },
+                Series {
+                    name: "icemerge merge-on-read",
+                    color: GREEN,
+                    points: points(&|c| engine(&c.local_mor)),
+                },
+                Series {
+                    name: "delta-rs",
+                    color: RED,
+                    points: points(delta),
+                },
+            ]
+        };
+        let mut time = lines(&seconds, &|c| c.peer_seconds("delta"));
+        time.push(Series {
+            name: "copy-on-write floor",
+            color: BLACK,
+            points: points(&|c| c.floor_seconds()),
+        });
+        let memory = lines(&rss, &|c| Some(c.peer_rss("delta")? / MIB));
         chart(&panels[2 * i], &format!("{name}: merge seconds"), &time)?;
         chart(
             &panels[2 * i + 1],

@@ -554,7 +554,7 @@ fn targets(out: &mut String, report: &Report) {
         if let Some(c) = find(scale, "fixed_cost_one_row") {
             let _ = writeln!(
                 out,
-                "- fixed cost, one-row merge into a {}-row one-file table (target ≤ 0.300 s on the cluster): cluster {} s, local {} s",
+                "- fixed cost, one-row merge into a {}-row one-file table (target ≤ 0.150 s on the cluster): cluster {} s, local {} s",
                 c.target_rows,
                 secs(c.cluster.as_ref().and_then(|e| e.median_seconds())),
                 secs(c.local.as_ref().and_then(|e| e.median_seconds()))

@@ -123,6 +123,32 @@ fn scheduler_refuses_a_public_bind_without_a_token() {
     assert!(stderr.contains("without an auth token"), "{stderr}");
 }
 
+/// The embedded cluster's MERGE prints its result and nothing else: the
+/// scheduler used to log an error per finished stage, when a task's
+/// metrics sets did not line up with the stage plan's operators.
+#[test]
+fn an_embedded_cluster_merge_writes_nothing_to_stderr() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(CLI)
+        .args(["--engine", "cluster", "--format", "csv", "--warehouse"])
+        .arg(dir.path().join("wh"))
+        .arg("-c")
+        .arg(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT); \
+             INSERT INTO db.t VALUES (1, 10), (2, 20); \
+             MERGE INTO db.t t USING (SELECT 2 AS id, 21 AS v) s ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *; \
+             SELECT id, v FROM db.t ORDER BY id",
+        )
+        .env_remove("ICEMERGE_LOG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.ends_with("id,v\n1,10\n2,21\n"), "{stdout}");
+    assert_eq!(stderr, "");
+}
 #[test]
 fn adbc_flight_sql_client_runs_merge() {
     let cluster = Cluster::start(2, Some("py-token"));

@@ -1,9 +1,9 @@
 //! A Ballista task's own figures, reported beside its operators' metrics:
 //! the shuffle output it wrote (bytes and rows of its files, as Ballista's
 //! shuffle writer returns them) and when it started and ended. They travel
-//! as one more metrics set at the end of the task's list, named by the
-//! [`TASK`] counter, so every task of a stage reports the same number of
-//! sets (Ballista refuses a task status whose list differs in length).
+//! in the task's first metrics set (its shuffle writer's), marked by the
+//! [`TASK`] counter: the list keeps one set per operator of the stage plan,
+//! as Ballista expects when it combines a stage's metrics with its plan.
 
 use std::fmt;
 use std::sync::Arc;
@@ -99,8 +99,14 @@ impl QueryStageExecutor for MeasuredStage {
     }
 
     fn collect_plan_metrics(&self) -> Vec<MetricsSet> {
+        // Into the stage's top set (its shuffle writer's): Ballista matches
+        // a task's sets one to one with the stage plan's operators.
         let mut sets = self.inner.collect_plan_metrics();
-        sets.push(self.task_set());
+        let own = self.task_set();
+        match sets.first_mut() {
+            Some(top) => own.iter().for_each(|m| top.push(m.clone())),
+            None => sets.push(own),
+        }
         sets
     }
 }

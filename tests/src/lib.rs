@@ -419,6 +419,14 @@ pub fn http_get(addr: std::net::SocketAddr, path: &str, token: Option<&str>) -> 
 
 /// Every `.parquet` file under `dir`.
 pub fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    files_under(dir)
+        .into_iter()
+        .filter(|path| path.extension().is_some_and(|e| e == "parquet"))
+        .collect()
+}
+
+/// Every file under `dir`, at any depth.
+pub fn files_under(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
     let mut files = std::collections::BTreeSet::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -426,7 +434,7 @@ pub fn parquet_files(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
             let path = entry.path();
             if path.is_dir() {
                 stack.push(path);
-            } else if path.extension().is_some_and(|e| e == "parquet") {
+            } else {
                 files.insert(path);
             }
         }

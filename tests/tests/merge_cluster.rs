@@ -68,19 +68,10 @@ async fn merge_over_eight_files_runs_on_two_executors_with_several_writer_tasks(
 
 /// Every data file under the table's data directory.
 fn data_files(dir: &std::path::Path) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                out.insert(format!("file://{}", path.display()));
-            }
-        }
-    }
-    out
+    icemerge_tests::files_under(dir)
+        .into_iter()
+        .map(|path| format!("file://{}", path.display()))
+        .collect()
 }
 
 /// The data files under `dir` once they equal `expected`, or after the

@@ -43,6 +43,7 @@ use tokio::net::TcpListener;
 use super::shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec};
 use super::task_ledger::{LedgerCollector, TaskLedger};
 use super::task_tracker::{TaskTracker, TrackingEngine};
+use super::tcp_incoming::no_delay;
 use icemerge_proto::error::io_error;
 
 /// A running in-process cluster.
@@ -145,7 +146,7 @@ async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
     tokio::spawn(
         create_grpc_server(&GrpcServerConfig::default())
             .add_service(service)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            .serve_with_incoming(no_delay(listener)),
     );
     Ok(addr)
 }
@@ -192,7 +193,7 @@ async fn start_executor(
     tokio::spawn(
         create_grpc_server(&GrpcServerConfig::default())
             .add_service(flight)
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+            .serve_with_incoming(no_delay(listener)),
     );
     let client = SchedulerGrpcClient::connect(format!("http://127.0.0.1:{}", scheduler.port()))
         .await

@@ -20,6 +20,7 @@ mod shipped_plan;
 mod stage_figures;
 mod task_ledger;
 mod task_tracker;
+pub(crate) mod tcp_incoming;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -91,7 +91,7 @@ pub async fn serve_flight_sql(
     let service = InterceptedService::new(service, move |request| auth.check(request));
     tonic::transport::Server::builder()
         .add_service(service)
-        .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+        .serve_with_incoming(crate::engine::tcp_incoming::no_delay(listener))
         .await
 }
 

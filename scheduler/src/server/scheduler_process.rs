@@ -349,6 +349,13 @@ async fn serve_ballista(
     routes.add_service(grpc);
     let router = ballista_scheduler::api::get_routes(Arc::new(scheduler))
         .merge(routes.routes().into_axum_router());
+    // Task status reports and job polls are small request/response pairs:
+    // Nagle off, as on every icemerge gRPC port (see `tcp_incoming`).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY not set on a scheduler connection: {e}");
+        }
+    });
     axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),

@@ -267,7 +267,7 @@ fn start_big_merge(cluster: &Cluster) -> (Child, std::collections::BTreeSet<Path
 }
 
 #[test]
-fn killing_an_executor_during_the_writer_stage_leaves_no_orphans() {
+fn killing_an_executor_during_the_writer_stage_the_merge_completes_without_orphans() {
     let mut cluster = Cluster::start(3, None);
     let (merge, before) = start_big_merge(&cluster);
     // Kill the executor that has run the most tasks (it holds writer tasks).
@@ -294,26 +294,30 @@ fn killing_an_executor_during_the_writer_stage_leaves_no_orphans() {
         .skip(1)
         .map(|p| PathBuf::from(p.trim_start_matches("file://")))
         .collect();
-    if out.status.success() {
-        // Completed: tasks of the lost executor re-ran elsewhere.
-        assert!(stdout.starts_with("count,rows_updated"), "{stdout}");
-        assert!(
-            stdout
-                .lines()
-                .nth(1)
-                .unwrap()
-                .starts_with("2000000,2000000,"),
-            "{stdout}"
-        );
-        assert_eq!(snapshots, "n\n5\n");
-        assert_eq!(totals, "n,s\n4000000,2000000\n");
-    } else {
-        // Failed: a clear error, nothing committed.
-        assert!(stderr.starts_with("error: "), "{stderr}");
-        assert!(!stderr.contains("panicked"), "{stderr}");
-        assert_eq!(snapshots, "n\n4\n", "{stderr}");
-        assert_eq!(totals, "n,s\n4000000,0\n", "{stderr}");
-    }
+    // Completed: the lost executor's tasks ran again on the other two.
+    assert!(
+        out.status.success(),
+        "the MERGE failed: {stdout}{stderr}\n{}",
+        cluster.logs()
+    );
+    assert!(stdout.starts_with("count,rows_updated"), "{stdout}");
+    assert!(
+        stdout
+            .lines()
+            .nth(1)
+            .unwrap()
+            .starts_with("2000000,2000000,"),
+        "{stdout}"
+    );
+    // The loss was seen while the job ran, and its tasks ran again.
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("executor lost during the job"),
+        "the executor loss was not handled during the job:\n{logs}"
+    );
+    // One snapshot more than before, with exactly the merged rows.
+    assert_eq!(snapshots, "n\n5\n");
+    assert_eq!(totals, "n,s\n4000000,2000000\n");
     // No orphans: every data file is one of the old snapshots' or live.
     let orphans: Vec<_> = parquet_files(&warehouse)
         .into_iter()
@@ -325,6 +329,35 @@ fn killing_an_executor_during_the_writer_stage_leaves_no_orphans() {
         cluster.logs()
     );
     eprintln!("executor kill: merge {stdout}{stderr}");
+}
+
+/// With its only executor killed, a MERGE fails at once with an error
+/// naming it; the table is unchanged and no file of the MERGE is left.
+#[test]
+fn killing_the_last_executor_fails_the_merge_and_leaves_the_table_unchanged() {
+    let mut cluster = Cluster::start(1, None);
+    let (merge, before) = start_big_merge(&cluster);
+    let mut victim = cluster.executors.remove(0);
+    victim.0.kill().unwrap();
+    victim.0.wait().unwrap();
+
+    let out = merge.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("no executor left for job"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // Start an executor again to read the table.
+    cluster.add_executor();
+    let snapshots = cluster.sql(None, "SELECT count(*) AS n FROM db.\"big$snapshots\"");
+    let totals = cluster.sql(None, "SELECT count(*) AS n, sum(v) AS s FROM db.big");
+    assert_eq!(snapshots, "n\n4\n", "{stderr}");
+    assert_eq!(totals, "n,s\n4000000,0\n", "{stderr}");
+    let warehouse = cluster.dir.path().join("warehouse");
+    let deadline = Instant::now() + Duration::from_secs(40);
+    while parquet_files(&warehouse) != before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(parquet_files(&warehouse), before, "{stderr}");
 }
 
 /// Asks the scheduler's `icemerge.progress` action (what the CLI's

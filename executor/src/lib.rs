@@ -33,6 +33,7 @@ pub mod merge_on_read;
 pub mod merge_writer;
 pub mod process;
 pub mod scan_exec;
+pub mod shuffle_inputs;
 pub mod stage_probe;
 pub mod task_figures;
 pub mod write_exec;

@@ -9,7 +9,8 @@
 //! stage it is pushed at once, so their operators would share one metrics
 //! set and every task would report the running total of its siblings;
 //! [`FreshPlanEngine`] gives each task its own copy of the plan, so each
-//! reports only its own figures (as with pull scheduling).
+//! reports only its own figures (as with pull scheduling), and reads each
+//! map output of its shuffle inputs once (`shuffle_inputs`).
 
 use icemerge_proto::memory_budget::MemoryBudget;
 use std::path::PathBuf;
@@ -30,6 +31,7 @@ use datafusion_proto::protobuf::PhysicalPlanNode;
 use icemerge_proto::limits::{EXECUTOR_HEARTBEAT_SECONDS, MAX_MESSAGE_BYTES};
 
 use crate::codec::IcemergePhysicalCodec;
+use crate::shuffle_inputs::read_each_map_output_once;
 use crate::task_figures::MeasuredStage;
 
 /// How an executor process is started.
@@ -118,6 +120,7 @@ impl ExecutionEngine for FreshPlanEngine {
             .with_default_features()
             .build();
         let fresh = node.try_into_physical_plan(&state.task_ctx(), &self.codec)?;
+        let fresh = read_each_map_output_once(fresh)?;
         let stage = self.inner.create_query_stage_exec(
             job_id,
             stage_id,

@@ -130,20 +130,8 @@ impl Cluster {
         let mut processes = vec![];
         let mut executor_logs = vec![];
         for i in 0..executors {
-            let log = dir.path().join(format!("executor-{i}.log"));
-            let child = Command::new(EXECUTOR)
-                .arg("--scheduler")
-                .arg(ballista.to_string())
-                .args(["--bind-host", "127.0.0.1", "--task-slots", "2"])
-                .args(["--port", &free_port().to_string()])
-                .args(["--grpc-port", &free_port().to_string()])
-                .arg("--work-dir")
-                .arg(dir.path().join(format!("work-{i}")))
-                .stdout(Stdio::null())
-                .stderr(std::fs::File::create(&log).unwrap())
-                .spawn()
-                .expect("spawn icemerge-executor");
-            processes.push(Process(child));
+            let (child, log) = spawn_executor(dir.path(), ballista, i);
+            processes.push(child);
             executor_logs.push(log);
         }
         let cluster = Cluster {
@@ -161,6 +149,15 @@ impl Cluster {
     }
 
     /// Waits until the scheduler's REST API lists `n` executors.
+    /// Starts one more executor and waits until it registered.
+    pub fn add_executor(&mut self) {
+        let i = self.executor_logs.len();
+        let (child, log) = spawn_executor(self.dir.path(), self.ballista, i);
+        self.executors.push(child);
+        self.executor_logs.push(log);
+        self.wait_for_executors(self.executors.len());
+    }
+
     pub fn wait_for_executors(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -223,4 +220,23 @@ impl Cluster {
             .map(|log| read_log(log).matches("Done with task").count())
             .collect()
     }
+}
+
+/// Starts executor number `i` of a cluster in `dir`, registering with the
+/// scheduler at `ballista`; its log file is returned with it.
+fn spawn_executor(dir: &Path, ballista: SocketAddr, i: usize) -> (Process, PathBuf) {
+    let log = dir.join(format!("executor-{i}.log"));
+    let child = Command::new(EXECUTOR)
+        .arg("--scheduler")
+        .arg(ballista.to_string())
+        .args(["--bind-host", "127.0.0.1", "--task-slots", "2"])
+        .args(["--port", &free_port().to_string()])
+        .args(["--grpc-port", &free_port().to_string()])
+        .arg("--work-dir")
+        .arg(dir.join(format!("work-{i}")))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .expect("spawn icemerge-executor");
+    (Process(child), log)
 }

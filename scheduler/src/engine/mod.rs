@@ -69,9 +69,9 @@ pub struct SchedulerTarget {
     pub ledger: TaskLedger,
     /// When each executor was last heard from.
     pub liveness: ExecutorLiveness,
-    /// An executor silent this long during a job is taken as lost: the job
-    /// is cancelled and the statement fails (Ballista 53 can stall a job
-    /// whose executor died instead of re-running its tasks).
+    /// An executor silent this long during a job is taken as lost (one
+    /// whose port refuses connections at once): its tasks run again on the
+    /// executors left (`executor_watch`).
     pub executor_timeout: Duration,
 }
 

@@ -45,9 +45,17 @@ impl TaskLedger {
 }
 
 /// When each executor was last heard from (registration, heartbeat, task
-/// status), as seen by the `icemerge-scheduler` process.
+/// status), and where its gRPC service listens, as seen by the
+/// `icemerge-scheduler` process.
 #[derive(Debug, Default, Clone)]
-pub struct ExecutorLiveness(Arc<Mutex<HashMap<String, Instant>>>);
+pub struct ExecutorLiveness(Arc<Mutex<HashMap<String, Heard>>>);
+
+#[derive(Debug, Clone)]
+struct Heard {
+    at: Instant,
+    /// Host and port of the executor's gRPC service, once it registered.
+    address: Option<(String, u16)>,
+}
 
 impl ExecutorLiveness {
     /// Records that `executor_id` was heard from now.
@@ -55,10 +63,51 @@ impl ExecutorLiveness {
         if executor_id.is_empty() {
             return;
         }
+        let mut heard = self.0.lock().expect("liveness lock");
+        heard
+            .entry(executor_id.to_string())
+            .and_modify(|h| h.at = Instant::now())
+            .or_insert(Heard {
+                at: Instant::now(),
+                address: None,
+            });
+    }
+
+    /// Records that `executor_id` registered, its gRPC service at `address`.
+    pub fn registered(&self, executor_id: &str, address: Option<(String, u16)>) {
+        if executor_id.is_empty() {
+            return;
+        }
+        self.0.lock().expect("liveness lock").insert(
+            executor_id.to_string(),
+            Heard {
+                at: Instant::now(),
+                address,
+            },
+        );
+    }
+
+    /// Forgets `executor_id` (it was found dead): it is no longer alive
+    /// until it registers again.
+    pub fn forget(&self, executor_id: &str) {
+        self.0.lock().expect("liveness lock").remove(executor_id);
+    }
+
+    /// Whether `executor_id` registered and was not found dead since.
+    pub fn known(&self, executor_id: &str) -> bool {
         self.0
             .lock()
             .expect("liveness lock")
-            .insert(executor_id.to_string(), Instant::now());
+            .contains_key(executor_id)
+    }
+
+    /// Where `executor_id`'s gRPC service listens, if known.
+    pub fn address(&self, executor_id: &str) -> Option<(String, u16)> {
+        self.0
+            .lock()
+            .expect("liveness lock")
+            .get(executor_id)
+            .and_then(|h| h.address.clone())
     }
 
     /// Executors heard from within `within`.
@@ -67,7 +116,7 @@ impl ExecutorLiveness {
             .lock()
             .expect("liveness lock")
             .iter()
-            .filter(|(_, t)| t.elapsed() <= within)
+            .filter(|(_, h)| h.at.elapsed() <= within)
             .map(|(id, _)| id.clone())
             .collect()
     }

@@ -8,11 +8,13 @@
 
 use std::net::SocketAddr;
 
+use ballista_core::error::BallistaError;
 use ballista_core::serde::protobuf::scheduler_grpc_server::SchedulerGrpc;
 use ballista_core::serde::protobuf::{self, task_status, TaskStatus};
 use ballista_scheduler::scheduler_server::SchedulerServer;
 use datafusion::physical_plan::metrics::MetricsSet;
 use datafusion_proto::protobuf::{LogicalPlanNode, PhysicalPlanNode};
+use futures::StreamExt;
 use tonic::{Request, Response, Status};
 
 use super::metrics::SchedulerMetrics;
@@ -44,7 +46,11 @@ impl LedgerScheduler {
     }
 
     fn record(&self, executor_id: &str, statuses: &[TaskStatus]) {
-        self.liveness.seen(executor_id);
+        // An empty update is the executor watch asking Ballista to offer
+        // tasks again (see `executor_watch`), not a sign of life.
+        if !statuses.is_empty() {
+            self.liveness.seen(executor_id);
+        }
         for status in statuses {
             let Some(task_status::Status::Successful(done)) = &status.status else {
                 continue;
@@ -106,6 +112,8 @@ impl SchedulerGrpc for LedgerScheduler {
             // In push mode the scheduler connects to the executor's gRPC
             // service as it registers, and Ballista's executor registers
             // right after starting that service: wait until it listens.
+            // Its address also lets the executor watch see at once that
+            // the process is gone (a refused connection).
             if metadata.grpc_port != 0 {
                 let host = metadata
                     .host
@@ -118,7 +126,9 @@ impl SchedulerGrpc for LedgerScheduler {
                             .map(|c| c.0.ip().to_string())
                     });
                 if let Some(host) = host {
-                    wait_until_listening(&host, metadata.grpc_port as u16).await;
+                    let port = metadata.grpc_port as u16;
+                    wait_until_listening(&host, port).await;
+                    self.liveness.registered(&metadata.id, Some((host, port)));
                 }
             }
         }
@@ -135,9 +145,10 @@ impl SchedulerGrpc for LedgerScheduler {
 
     async fn update_task_status(
         &self,
-        request: Request<protobuf::UpdateTaskStatusParams>,
+        mut request: Request<protobuf::UpdateTaskStatusParams>,
     ) -> std::result::Result<Response<protobuf::UpdateTaskStatusResult>, Status> {
-        let params = request.get_ref();
+        let params = request.get_mut();
+        params.task_status.iter_mut().for_each(cancelled_as_killed);
         self.record(&params.executor_id, &params.task_status);
         self.inner.update_task_status(request).await
     }
@@ -160,7 +171,15 @@ impl SchedulerGrpc for LedgerScheduler {
         &self,
         request: Request<protobuf::ExecuteQueryParams>,
     ) -> std::result::Result<Response<Self::ExecuteQueryPushStream>, Status> {
-        self.inner.execute_query_push(request).await
+        let liveness = self.liveness.clone();
+        let statuses = self.inner.execute_query_push(request).await?.into_inner();
+        let statuses = statuses.map(move |item| {
+            item.map(|mut result| {
+                one_location_per_output(&mut result, &liveness);
+                result
+            })
+        });
+        Ok(Response::new(Box::pin(statuses)))
     }
 
     async fn execute_query(
@@ -174,7 +193,9 @@ impl SchedulerGrpc for LedgerScheduler {
         &self,
         request: Request<protobuf::GetJobStatusParams>,
     ) -> std::result::Result<Response<protobuf::GetJobStatusResult>, Status> {
-        self.inner.get_job_status(request).await
+        let mut response = self.inner.get_job_status(request).await?;
+        one_location_per_output(response.get_mut(), &self.liveness);
+        Ok(response)
     }
 
     async fn get_job_metrics(
@@ -204,6 +225,63 @@ impl SchedulerGrpc for LedgerScheduler {
     ) -> std::result::Result<Response<protobuf::CleanJobDataResult>, Status> {
         self.inner.clean_job_data(request).await
     }
+}
+
+/// A task Ballista cancelled (its stage rolled back after an executor was
+/// lost, or its job cancelled) reports the execution error "Cancelled",
+/// which Ballista 53 takes for a failure of the stage when the stage's next
+/// attempt has not started yet: the job would fail although every task
+/// was going to run again. It is reported as killed instead, which the
+/// stage's next attempt ignores (and a stage still running re-queues).
+fn cancelled_as_killed(status: &mut TaskStatus) {
+    let Some(task_status::Status::Failed(failed)) = &mut status.status else {
+        return;
+    };
+    let cancelled = protobuf::FailedTask::from(BallistaError::Cancelled).error;
+    if failed.error == cancelled {
+        failed.retryable = true;
+        failed.count_to_failures = false;
+        failed.failed_reason = Some(protobuf::failed_task::FailedReason::TaskKilled(
+            protobuf::TaskKilled {},
+        ));
+    }
+}
+
+/// A finished job's output, each output of each final task listed once.
+/// When Ballista 53 re-runs the final stage after an executor was lost, the
+/// job keeps the locations its first attempt's tasks reported (the lost
+/// executor's among them) beside the new attempt's: fetched as they are, a
+/// task's output (a MERGE's fragments) would be read twice, or from a dead
+/// executor. One location per (task, output partition) is kept: one on a
+/// live executor, the last reported.
+fn one_location_per_output(result: &mut protobuf::GetJobStatusResult, liveness: &ExecutorLiveness) {
+    let Some(protobuf::job_status::Status::Successful(job)) =
+        result.status.as_mut().and_then(|s| s.status.as_mut())
+    else {
+        return;
+    };
+    let key = |l: &protobuf::PartitionLocation| {
+        (
+            l.map_partition_id,
+            l.partition_id
+                .as_ref()
+                .map(|p| (p.stage_id, p.partition_id)),
+        )
+    };
+    let live = |l: &protobuf::PartitionLocation| {
+        l.executor_meta
+            .as_ref()
+            .is_some_and(|e| liveness.known(&e.id))
+    };
+    let mut kept: Vec<protobuf::PartitionLocation> = vec![];
+    for location in std::mem::take(&mut job.partition_location) {
+        match kept.iter().position(|k| key(k) == key(&location)) {
+            Some(i) if live(&location) || !live(&kept[i]) => kept[i] = location,
+            Some(_) => {}
+            None => kept.push(location),
+        }
+    }
+    job.partition_location = kept;
 }
 
 /// Waits (up to 10 s) until `host:port` accepts TCP connections.

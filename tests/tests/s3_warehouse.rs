@@ -245,9 +245,16 @@ async fn create_insert_merge_read_on_s3() {
             err.to_lowercase().contains("more than one"),
             "{engine:?}: {err}"
         );
-        // On the cluster too: the engine waits for the failed job's other
-        // tasks before the statement's files are removed.
-        let after = moto.objects(&table_location).await;
+        // The statement's objects are deleted when it fails, and again
+        // over the next seconds: an upload a writer sent before the
+        // failure (a sibling task, dropped or still running on an
+        // executor) can complete at the store after the first pass.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+        let mut after = moto.objects(&table_location).await;
+        while after != before && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            after = moto.objects(&table_location).await;
+        }
         assert_eq!(after, before, "{engine:?}: objects left by a failed MERGE");
         assert_eq!(
             query(&session, "SELECT count(*) FROM db.people").await,

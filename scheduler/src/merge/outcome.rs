@@ -12,6 +12,7 @@ use iceberg::spec::{deserialize_data_file_from_json, DataFile, Operation, Struct
 use iceberg::table::Table;
 use icemerge_executor::cleanup::{
     data_location, delete_files_with_prefix_except, delete_files_with_prefix_now_and_later,
+    local_path,
 };
 use icemerge_executor::iceberg_err;
 use icemerge_proto::fragment::{self, Fragment};
@@ -159,11 +160,13 @@ pub fn discard_uncommitted(planned: &PlannedMerge, keep: &[&DataFile]) -> usize 
 }
 
 /// Deletes every file of a merge that failed; with `tasks_may_linger` (it
-/// ran on a cluster whose executors may still be finishing its tasks) also
-/// again over the next half minute.
+/// ran on a cluster whose executors may still be finishing its tasks), or
+/// in an object store (an upload sent before the failure completes at the
+/// store even when its task is dropped), also again over the next half
+/// minute.
 pub fn discard_failed(planned: &PlannedMerge, tasks_may_linger: bool) -> usize {
     let location = data_location(planned.base.metadata());
-    if tasks_may_linger {
+    if tasks_may_linger || local_path(&location).is_none() {
         delete_files_with_prefix_now_and_later(&location, &planned.write_id)
     } else {
         delete_files_with_prefix_except(&location, &planned.write_id, &[])

@@ -149,6 +149,7 @@ fn an_embedded_cluster_merge_writes_nothing_to_stderr() {
     assert!(stdout.ends_with("id,v\n1,10\n2,21\n"), "{stdout}");
     assert_eq!(stderr, "");
 }
+
 #[test]
 fn adbc_flight_sql_client_runs_merge() {
     let cluster = Cluster::start(2, Some("py-token"));

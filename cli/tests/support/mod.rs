@@ -148,7 +148,6 @@ impl Cluster {
         cluster
     }
 
-    /// Waits until the scheduler's REST API lists `n` executors.
     /// Starts one more executor and waits until it registered.
     pub fn add_executor(&mut self) {
         let i = self.executor_logs.len();
@@ -158,6 +157,7 @@ impl Cluster {
         self.wait_for_executors(self.executors.len());
     }
 
+    /// Waits until the scheduler's REST API lists `n` executors.
     pub fn wait_for_executors(&self, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {

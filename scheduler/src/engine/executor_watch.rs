@@ -44,6 +44,9 @@ pub(super) async fn watch_executors(
     let timeout = target.executor_timeout;
     let mut watched = target.liveness.alive(timeout);
     let mut lost_so_far: Vec<String> = vec![];
+    // Connected at the first loss (again on the next tick if that
+    // failed), then kept for the reports and the offer rounds.
+    let mut scheduler: Option<SchedulerClient> = None;
     let run = collect(exec.clone(), task_ctx);
     tokio::pin!(run);
     loop {
@@ -60,6 +63,12 @@ pub(super) async fn watch_executors(
         }
         watched.retain(|id| !lost.contains(id));
         let job_id = exec.job_id().unwrap_or_default();
+        if scheduler.is_none() && !(lost.is_empty() && lost_so_far.is_empty()) {
+            match connect(scheduler_url).await {
+                Ok(client) => scheduler = Some(client),
+                Err(e) => tracing::warn!("cannot report the lost executors: {e}"),
+            }
+        }
         for id in &lost {
             tracing::warn!(
                 job = %job_id,
@@ -67,8 +76,10 @@ pub(super) async fn watch_executors(
                 "executor lost during the job: its tasks run again on the executors left"
             );
             target.liveness.forget(id);
-            if let Err(e) = report_stopped(scheduler_url, id).await {
-                tracing::warn!(executor = %id, "cannot report the lost executor: {e}");
+            if let Some(client) = scheduler.as_mut() {
+                if let Err(e) = report_stopped(client, id).await {
+                    tracing::warn!(executor = %id, "cannot report the lost executor: {e}");
+                }
             }
         }
         lost_so_far.extend(lost);
@@ -78,7 +89,10 @@ pub(super) async fn watch_executors(
         let Some(live) = watched.first() else {
             return no_executor_left(scheduler_url, &job_id, &lost_so_far, &mut run).await;
         };
-        if let Err(e) = offer_tasks(scheduler_url, live).await {
+        let Some(client) = scheduler.as_mut() else {
+            continue;
+        };
+        if let Err(e) = offer_tasks(client, live).await {
             tracing::debug!("asking for a task offer round failed: {e}");
         }
     }
@@ -98,7 +112,9 @@ async fn refuses_connections(target: &SchedulerTarget, executor: &str) -> bool {
     )
 }
 
-async fn client(scheduler_url: &str) -> Result<SchedulerGrpcClient<tonic::transport::Channel>> {
+type SchedulerClient = SchedulerGrpcClient<tonic::transport::Channel>;
+
+async fn connect(scheduler_url: &str) -> Result<SchedulerClient> {
     SchedulerGrpcClient::connect(scheduler_url.to_string())
         .await
         .map_err(|e| {
@@ -110,9 +126,8 @@ async fn client(scheduler_url: &str) -> Result<SchedulerGrpcClient<tonic::transp
 
 /// Tells Ballista that `executor` stopped: it is removed and the stages
 /// that need its tasks or outputs run them again.
-async fn report_stopped(scheduler_url: &str, executor: &str) -> Result<()> {
-    client(scheduler_url)
-        .await?
+async fn report_stopped(client: &mut SchedulerClient, executor: &str) -> Result<()> {
+    client
         .executor_stopped(ExecutorStoppedParams {
             executor_id: executor.to_string(),
             reason: "lost during a job (icemerge executor watch)".to_string(),
@@ -124,9 +139,8 @@ async fn report_stopped(scheduler_url: &str, executor: &str) -> Result<()> {
 
 /// Makes Ballista offer its waiting tasks to the executors: an empty task
 /// status update from a live executor (no task changes state).
-async fn offer_tasks(scheduler_url: &str, live_executor: &str) -> Result<()> {
-    client(scheduler_url)
-        .await?
+async fn offer_tasks(client: &mut SchedulerClient, live_executor: &str) -> Result<()> {
+    client
         .update_task_status(UpdateTaskStatusParams {
             executor_id: live_executor.to_string(),
             task_status: vec![],

@@ -14,6 +14,8 @@ use icemerge_scheduler::{Session, StatementOutput};
 use crate::remote::RemoteSession;
 
 /// The engine behind the CLI.
+// One per process: the size of its variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum Backend {
     Embedded(Session),
     Remote(RemoteSession),

@@ -6,6 +6,10 @@ use std::path::PathBuf;
 
 use icemerge_scheduler::{CatalogOptions, S3Options};
 
+#[path = "s3_credential_args.rs"]
+mod s3_credential_args;
+pub use s3_credential_args::S3CredentialArgs;
+
 /// Where tables live and which catalog lists them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CatalogArgs {
@@ -45,27 +49,8 @@ pub struct CatalogArgs {
     #[arg(long, value_name = "REGION", env = "AWS_REGION")]
     pub s3_region: Option<String>,
 
-    /// S3 access key id for an s3:// warehouse.
-    #[arg(long, value_name = "ID", env = "AWS_ACCESS_KEY_ID")]
-    pub s3_access_key_id: Option<String>,
-
-    /// S3 secret access key for an s3:// warehouse.
-    #[arg(
-        long,
-        value_name = "KEY",
-        env = "AWS_SECRET_ACCESS_KEY",
-        hide_env_values = true
-    )]
-    pub s3_secret_access_key: Option<String>,
-
-    /// S3 session token (temporary credentials) for an s3:// warehouse.
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "AWS_SESSION_TOKEN",
-        hide_env_values = true
-    )]
-    pub s3_session_token: Option<String>,
+    #[command(flatten)]
+    pub credentials: S3CredentialArgs,
 
     /// Path-style S3 requests (http://endpoint/bucket/key) [default: true
     /// with --s3-endpoint, false for AWS S3]
@@ -86,9 +71,9 @@ impl CatalogArgs {
                     .s3_region
                     .clone()
                     .or_else(|| std::env::var("AWS_DEFAULT_REGION").ok()),
-                access_key_id: self.s3_access_key_id.clone(),
-                secret_access_key: self.s3_secret_access_key.clone(),
-                session_token: self.s3_session_token.clone(),
+                access_key_id: self.credentials.s3_access_key_id.clone(),
+                secret_access_key: self.credentials.s3_secret_access_key.clone(),
+                session_token: self.credentials.s3_session_token.clone(),
                 path_style_access: self.s3_path_style_access,
             },
         }

@@ -8,6 +8,7 @@ mod backend;
 mod catalog_args;
 mod error;
 mod flight_client;
+mod log_filter;
 mod output;
 mod progress;
 mod remote;
@@ -35,6 +36,7 @@ Examples:
   icemerge --warehouse /data/wh -f script.sql --format csv > out.csv
   icemerge --engine cluster --executors 4 -c \"SELECT count(*) FROM t\"
   icemerge --scheduler 10.0.0.5:50060 --token \"$TOKEN\" -f merge.sql
+  icemerge --scheduler grpc+tls://sched.example:50060 --tls-ca ca.pem --token \"$TOKEN\" -f merge.sql
   echo \"SELECT 1;\" | icemerge
   icemerge                      (interactive prompt; end statements with ';', \\q to quit)";
 
@@ -76,13 +78,14 @@ struct Args {
     /// Memory for running statements: a size (4GiB, 512MiB, 2G) or a share
     /// of RAM (25%). Sorts, aggregations and repartitions spill to disk
     /// beyond their share of it; a statement that cannot fit fails with an
-    /// error naming the budget The in-process
+    /// error naming the budget. The in-process
     /// cluster's executors share it [default: 50% of RAM].
     #[arg(long, value_name = "SIZE", env = "ICEMERGE_MEMORY_LIMIT")]
     memory_limit: Option<MemoryBudget>,
 
     /// Run statements on a running icemerge-scheduler (its Flight SQL port)
-    /// instead of an embedded engine; --warehouse, --catalog-uri, --engine,
+    /// instead of an embedded engine: HOST:PORT, or grpc+tls://HOST:PORT when
+    /// the port has a TLS certificate; --warehouse, --catalog-uri, --engine,
     /// --executors and --memory-limit are then the scheduler's business.
     #[arg(
         long,
@@ -100,6 +103,29 @@ struct Args {
         hide_env_values = true
     )]
     token: Option<String>,
+
+    /// Run in the scheduler's session of this name, shared by every client
+    /// that names it (its SET settings; its statements run in order).
+    /// Without it, each `icemerge --scheduler` run has a session of its own.
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "ICEMERGE_SESSION",
+        requires = "scheduler"
+    )]
+    session: Option<String>,
+
+    /// PEM certificate of the CA that signed the scheduler's TLS
+    /// certificate (trusted instead of the system's roots); implies TLS
+    /// for a bare HOST:PORT. Without it, a grpc+tls:// --scheduler uses the
+    /// system's roots.
+    #[arg(
+        long,
+        value_name = "PEM",
+        env = "ICEMERGE_TLS_CA",
+        requires = "scheduler"
+    )]
+    tls_ca: Option<std::path::PathBuf>,
 
     /// Output format of query results.
     #[arg(long, value_enum, value_name = "FORMAT", default_value_t = Format::Table)]
@@ -173,16 +199,12 @@ fn read_stdin() -> anyhow::Result<String> {
 async fn main() -> ExitCode {
     // Diagnostics go to stderr, off unless ICEMERGE_LOG is set (e.g. "info").
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ICEMERGE_LOG").unwrap_or_else(|_| {
-                // Errors only; the embedded cluster's executors may need a
-                // second try to register, which Ballista logs as errors.
-                tracing_subscriber::EnvFilter::new(
-                    "error,ballista_scheduler::scheduler_server::grpc=off,\
-                     ballista_executor::executor_server=off",
-                )
-            }),
-        )
+        // Errors only by default; the embedded cluster's executors may need
+        // a second try to register, which Ballista logs as errors.
+        .with_env_filter(log_filter::log_filter(
+            "error,ballista_scheduler::scheduler_server::grpc=off,\
+             ballista_executor::executor_server=off",
+        ))
         .with_writer(std::io::stderr)
         .init();
     let args = Args::parse();
@@ -200,7 +222,8 @@ async fn main() -> ExitCode {
     let opened = match &args.scheduler {
         Some(address) => {
             let token = args.token.as_deref().filter(|t| !t.is_empty());
-            RemoteSession::connect(address, token)
+            let session = args.session.as_deref().filter(|s| !s.is_empty());
+            RemoteSession::connect(address, token, args.tls_ca.as_deref(), session)
                 .await
                 .map(|mut remote| {
                     // Progress bars go to stderr, for someone watching a terminal.

@@ -32,9 +32,14 @@ pub struct RemoteSession {
 }
 
 impl RemoteSession {
-    /// Connects to `address` (`HOST:PORT` or `http://HOST:PORT`).
-    pub async fn connect(address: &str, token: Option<&str>) -> Result<Self, DataFusionError> {
-        let client = flight_client::connect(address, token).await?;
+    /// Connects to `address` (see `flight_client::connect`).
+    pub async fn connect(
+        address: &str,
+        token: Option<&str>,
+        tls_ca: Option<&std::path::Path>,
+        session: Option<&str>,
+    ) -> Result<Self, DataFusionError> {
+        let client = flight_client::connect(address, token, tls_ca, session).await?;
         Ok(Self {
             address: address.to_string(),
             client,

@@ -257,11 +257,13 @@ fn wait_listed(cluster: &Cluster, prefix: &str, state: &str) -> u64 {
     }
 }
 
-/// Starts the CLI on `sql` without waiting.
-fn spawn_cli(cluster: &Cluster, sql: &str) -> Child {
+/// Starts the CLI on `sql` without waiting, in the scheduler session
+/// `session`.
+fn spawn_cli(cluster: &Cluster, session: &str, sql: &str) -> Child {
     Command::new(CLI)
         .arg("--scheduler")
         .arg(cluster.flight_sql.to_string())
+        .args(["--session", session])
         .args(["--token", TOKEN, "--format", "csv", "-c", sql])
         .env_remove("ICEMERGE_TOKEN")
         .stdout(Stdio::piped())
@@ -330,17 +332,29 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("Unauthenticated"));
 
-    // A MERGE held before its commit (the session's test hook).
+    // A MERGE held before its commit (the session's test hook), in a
+    // session named by its client.
     let pause = tempfile::tempdir().unwrap();
-    cluster.sql(
+    let out = cluster.cli(
         Some(TOKEN),
-        &format!(
-            "SET icemerge.test_pause_before_commit = '{}'",
-            pause.path().display()
-        ),
+        &[
+            "--session",
+            "held",
+            "-c",
+            &format!(
+                "SET icemerge.test_pause_before_commit = '{}'",
+                pause.path().display()
+            ),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     let merge = spawn_cli(
         &cluster,
+        "held",
         "MERGE INTO c.t USING (SELECT value AS id FROM generate_series(1, 50)) AS s \
          ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 1",
     );
@@ -355,9 +369,14 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
         "the held MERGE wrote its files"
     );
 
-    // A statement behind it waits; cancelled, it never runs.
-    let queued = spawn_cli(&cluster, "SELECT 42 AS queued");
+    // A statement of the same session waits behind it; cancelled, it never
+    // runs. Another session's statement runs meanwhile.
+    let queued = spawn_cli(&cluster, "held", "SELECT 42 AS queued");
     let queued_id = wait_listed(&cluster, "SELECT 42 AS queued", "queued");
+    assert_eq!(
+        cluster.sql(Some(TOKEN), "SELECT 7 AS other_session"),
+        "other_session\n7\n"
+    );
     cancelled(&cluster, queued_id);
     let stderr = wait_cancelled(queued);
     assert!(stderr.contains("while queued"), "{stderr}");
@@ -401,7 +420,7 @@ fn cancel_statement_stops_held_queued_and_running_statements() {
     // cluster, the statement ends at once.
     let slow = "SELECT count(*) AS n FROM generate_series(1, 300000) a \
                 CROSS JOIN generate_series(1, 300000) b WHERE a.value + b.value = 7";
-    let running = spawn_cli(&cluster, slow);
+    let running = spawn_cli(&cluster, "slow", slow);
     let slow_id = wait_listed(
         &cluster,
         "SELECT count(*) AS n FROM generate_series",

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use icemerge_tests::http_get;
 use icemerge_tests::parquet_files;
-use support::{Cluster, CLI, SCHEDULER};
+use support::{Cluster, ProcessSetup, CLI, SCHEDULER};
 
 #[test]
 fn merge_through_the_cli_runs_on_several_executor_processes() {
@@ -182,6 +182,372 @@ fn adbc_flight_sql_client_runs_merge() {
 }
 
 #[test]
+fn adbc_lists_the_catalog_and_runs_prepared_statements() {
+    let cluster = Cluster::start(2, Some("tools-token"));
+    let uri = format!("grpc://{}", cluster.flight_sql);
+    let result = icemerge_tests::run_python("flight_sql_tools.py", &[&uri, "tools-token"]);
+    assert_eq!(result["catalogs"].as_array().unwrap().len(), 1, "{result}");
+    assert_eq!(
+        result["objects"]["tools"],
+        serde_json::json!({
+            "order_lines": ["TABLE", ["order_id", "qty"]],
+            "orders": ["TABLE", ["id", "amount", "note"]],
+        }),
+        "{result}"
+    );
+    assert_eq!(
+        result["filtered"],
+        serde_json::json!({"tools": {"order_lines": ["TABLE", []]}}),
+        "{result}"
+    );
+    let schema = result["orders_schema"].as_array().unwrap();
+    assert_eq!(schema[0], serde_json::json!(["id", "int64"]), "{result}");
+    assert_eq!(
+        schema[1],
+        serde_json::json!(["amount", "decimal128(10, 2)"]),
+        "{result}"
+    );
+    assert_eq!(
+        result["table_types"],
+        serde_json::json!(["LOCAL TEMPORARY", "TABLE"])
+    );
+    // Prepared statements: an INSERT run once per row of values, a query
+    // and a MERGE with parameters (a decimal and a string with a quote
+    // keep their values), a wrong number of values refused by count.
+    assert_eq!(result["insert_rowcount"], 2, "{result}");
+    assert_eq!(
+        result["query"],
+        serde_json::json!([{"id": 1, "note": "it's"}]),
+        "{result}"
+    );
+    assert_eq!(result["merge"][0]["rows_updated"], 1, "{result}");
+    let refused = result["wrong_count"].as_str().unwrap();
+    assert!(
+        refused.contains("takes 2 parameter(s); 1 were bound"),
+        "{refused}"
+    );
+    assert_eq!(
+        result["rows"],
+        serde_json::json!([
+            {"id": 1, "amount": "12.50", "note": "it's"},
+            {"id": 2, "amount": "7.25", "note": "merged"},
+        ]),
+        "{result}"
+    );
+}
+
+/// A CA and a certificate it signed for 127.0.0.1 / localhost, as PEM
+/// files in `dir`: (ca, cert, key).
+fn tls_files(dir: &std::path::Path) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let params = CertificateParams::new(vec!["127.0.0.1".into(), "localhost".into()]).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = params.signed_by(&key, &issuer).unwrap();
+    let paths = (
+        dir.join("ca.pem"),
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+    );
+    std::fs::write(&paths.0, ca.pem()).unwrap();
+    std::fs::write(&paths.1, cert.pem()).unwrap();
+    std::fs::write(&paths.2, key.serialize_pem()).unwrap();
+    paths
+}
+
+#[test]
+fn the_flight_sql_port_with_tls_serves_only_clients_that_trust_its_ca() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = tls_files(certs.path());
+    let cluster = Cluster::start_with_setup(
+        1,
+        Some("tls-token"),
+        ProcessSetup::args(&[
+            "--tls-cert".as_ref(),
+            cert.as_os_str(),
+            "--tls-key".as_ref(),
+            key.as_os_str(),
+        ]),
+        ProcessSetup::default(),
+    );
+    let tls_address = format!("grpc+tls://{}", cluster.flight_sql);
+    let cli = |address: &str, token: &str, ca: Option<&std::path::Path>, sql: &str| {
+        let mut command = Command::new(CLI);
+        command
+            .args(["--scheduler", address, "--token", token, "--format", "csv"])
+            .args(["-c", sql])
+            .env_remove("ICEMERGE_TOKEN")
+            .env_remove("ICEMERGE_TLS_CA");
+        if let Some(ca) = ca {
+            command.arg("--tls-ca").arg(ca);
+        }
+        let out = command.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // Without the CA (the system's roots do not hold it), or in plain TCP,
+    // no statement reaches the scheduler.
+    let (ok, _, stderr) = cli(&tls_address, "tls-token", None, "CREATE SCHEMA refused");
+    assert!(!ok && stderr.contains("cannot connect"), "{stderr}");
+    let plain = format!("grpc://{}", cluster.flight_sql);
+    let (ok, _, stderr) = cli(&plain, "tls-token", None, "CREATE SCHEMA refused");
+    assert!(!ok, "{stderr}");
+    // With it, a MERGE runs end to end.
+    let (ok, stdout, stderr) = cli(
+        &tls_address,
+        "tls-token",
+        Some(&ca),
+        "CREATE SCHEMA tls; CREATE TABLE tls.t (id BIGINT, v BIGINT); \
+         INSERT INTO tls.t VALUES (1, 10), (2, 20); \
+         MERGE INTO tls.t USING (VALUES (2, 21), (3, 30)) AS s(id, v) ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *; \
+         SELECT id, v FROM tls.t ORDER BY id",
+    );
+    assert!(ok, "{stdout}\n{stderr}\n{}", cluster.logs());
+    assert!(stdout.ends_with("id,v\n1,10\n2,21\n3,30\n"), "{stdout}");
+    // TLS does not stand in for the token.
+    let (ok, _, stderr) = cli(
+        &tls_address,
+        "wrong",
+        Some(&ca),
+        "SELECT count(*) FROM tls.t",
+    );
+    assert!(!ok && stderr.contains("Unauthenticated"), "{stderr}");
+    // The refused clients' CREATE SCHEMA never ran: it runs now.
+    let (ok, _, stderr) = cli(
+        &tls_address,
+        "tls-token",
+        Some(&ca),
+        "CREATE SCHEMA refused",
+    );
+    assert!(ok, "{stderr}");
+}
+
+/// `ICEMERGE_LOG` for processes whose logs must not show a secret at any
+/// level (the chattiest transport crates kept at info).
+const DEBUG_LOG: &str = "debug,h2=info,hyper=info,hyper_util=info,tower=info,rustls=info";
+
+#[test]
+fn s3_warehouse_and_postgres_catalog_with_the_real_processes() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let Some(database) =
+        runtime.block_on(icemerge_tests::postgres_database("cluster_processes_s3"))
+    else {
+        return;
+    };
+    let moto = icemerge_tests::moto::start_moto();
+    moto.create_bucket("team");
+    let warehouse = "s3://team/wh";
+    // The scheduler's credentials stay on the scheduler: plans carry the
+    // endpoint, each executor signs with its own.
+    let scheduler = ProcessSetup::args(&[
+        "--warehouse",
+        warehouse,
+        "--catalog-uri",
+        &database.uri,
+        "--s3-endpoint",
+        &moto.endpoint,
+        "--s3-access-key-id",
+        "icemerge-test",
+        "--s3-secret-access-key",
+        "scheduler-only-secret",
+    ])
+    .env("ICEMERGE_LOG", DEBUG_LOG);
+    let executor = ProcessSetup::args(&[
+        "--s3-access-key-id",
+        "icemerge-test",
+        "--s3-secret-access-key",
+        "executor-own-secret",
+    ])
+    .env("ICEMERGE_LOG", DEBUG_LOG);
+    let cluster = Cluster::start_with_setup(2, None, scheduler, executor);
+    cluster.sql(
+        None,
+        "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT); \
+         INSERT INTO db.t SELECT value, 0 FROM generate_series(1, 1000)",
+    );
+    let merged = cluster.sql(
+        None,
+        "MERGE INTO db.t USING (SELECT value AS id FROM generate_series(901, 1100)) s \
+         ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 1 \
+         WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 2)",
+    );
+    assert!(
+        merged.lines().nth(1).unwrap().starts_with("200,100,"),
+        "{merged}"
+    );
+    assert_eq!(
+        cluster.sql(
+            None,
+            "SELECT v, count(*) AS n FROM db.t GROUP BY v ORDER BY v"
+        ),
+        "v,n\n0,900\n1,100\n2,100\n"
+    );
+    let objects = runtime.block_on(moto.objects(warehouse));
+    assert!(
+        objects.iter().any(|o| o.ends_with(".parquet"))
+            && objects.iter().any(|o| o.ends_with(".metadata.json")),
+        "{objects:?}"
+    );
+    assert!(!cluster.dir.path().join("warehouse").exists());
+
+    // A failed MERGE leaves the bucket as it was (its files swept).
+    let out = cluster.cli(
+        None,
+        &[
+            "-c",
+            "MERGE INTO db.t USING (SELECT 5 AS id UNION ALL SELECT 5 AS id) s \
+             ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 9",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("matched more than one source row"),
+        "{stderr}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let now = runtime.block_on(moto.objects(warehouse));
+        if now == objects {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "files of the failed MERGE left in the bucket: {:?}",
+            now.difference(&objects).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    assert_eq!(
+        cluster.sql(None, "SELECT count(*) AS n FROM db.t WHERE v = 9"),
+        "n\n0\n"
+    );
+    // No secret in any process's log, at debug level.
+    let logs = cluster.logs();
+    assert!(
+        logs.contains("DEBUG"),
+        "the processes did not log at debug level"
+    );
+    for secret in ["scheduler-only-secret", "executor-own-secret"] {
+        let leaks: Vec<String> = logs
+            .lines()
+            .filter_map(|line| {
+                let at = line.find(secret)?;
+                let from = line.floor_char_boundary(at.saturating_sub(400));
+                Some(line[from..at + secret.len()].to_string())
+            })
+            .collect();
+        assert!(leaks.is_empty(), "{secret} was logged: {leaks:#?}");
+    }
+    runtime.block_on(database.drop());
+}
+
+#[test]
+fn four_clients_at_once_each_in_a_session_of_its_own() {
+    let cluster = Cluster::start_with_ui(2, None);
+    cluster.sql(
+        None,
+        "CREATE SCHEMA c; CREATE TABLE c.a (id BIGINT, v BIGINT); \
+         CREATE TABLE c.b (id BIGINT, v BIGINT); \
+         INSERT INTO c.a SELECT value, 0 FROM generate_series(1, 1000000); \
+         INSERT INTO c.b SELECT value, 0 FROM generate_series(1, 1000000)",
+    );
+    // Each CLI process is one client (one connection): its SET holds for
+    // its own statements only.
+    let merge = |table: &str| {
+        format!(
+            "MERGE INTO c.{table} USING (SELECT value AS id FROM generate_series(1, 1000000, 2)) s \
+             ON {table}.id = s.id WHEN MATCHED THEN UPDATE SET v = 1"
+        )
+    };
+    let scripts = [
+        format!(
+            "SET datafusion.execution.batch_size = 1111; {}; SHOW datafusion.execution.batch_size",
+            merge("a")
+        ),
+        format!(
+            "SET datafusion.execution.batch_size = 2222; {}; SHOW datafusion.execution.batch_size",
+            merge("b")
+        ),
+        "SET datafusion.execution.batch_size = 3333; SELECT sum(v) AS s FROM c.a; \
+         SHOW datafusion.execution.batch_size"
+            .to_string(),
+        "SELECT count(*) AS n FROM c.b; SHOW datafusion.execution.batch_size".to_string(),
+    ];
+    let clients: Vec<Child> = scripts
+        .iter()
+        .map(|script| {
+            Command::new(CLI)
+                .arg("--scheduler")
+                .arg(cluster.flight_sql.to_string())
+                .args(["--format", "csv", "-c", script])
+                .env_remove("ICEMERGE_TOKEN")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outputs: Vec<String> = clients
+        .into_iter()
+        .map(|client| {
+            let out = client.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(
+                out.status.success(),
+                "{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            stdout
+        })
+        .collect();
+    for (output, size) in outputs.iter().zip(["1111", "2222", "3333", "8192"]) {
+        assert!(
+            output.ends_with(&format!("datafusion.execution.batch_size,{size}\n")),
+            "{output}"
+        );
+    }
+    assert!(outputs[0].contains("\n500000,500000,"), "{}", outputs[0]);
+    assert!(outputs[1].contains("\n500000,500000,"), "{}", outputs[1]);
+    assert!(outputs[3].contains("n\n1000000\n"), "{}", outputs[3]);
+    assert_eq!(
+        cluster.sql(
+            None,
+            "SELECT (SELECT sum(v) FROM c.a) AS a, (SELECT sum(v) FROM c.b) AS b"
+        ),
+        "a,b\n500000,500000\n"
+    );
+    // The two MERGEs ran at the same time: each started before the other
+    // ended.
+    let (_, list) = http_get(cluster.ui.unwrap(), "/statements.json", None);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let merges: Vec<(i64, i64, String)> = list["statements"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["sql"].as_str().unwrap().starts_with("MERGE"))
+        .map(|s| {
+            (
+                s["started_ms"].as_i64().unwrap(),
+                s["ended_ms"].as_i64().unwrap(),
+                s["client"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(merges.len(), 2, "{list}");
+    let ((start_a, end_a, client_a), (start_b, end_b, client_b)) = (&merges[0], &merges[1]);
+    assert_ne!(client_a, client_b);
+    assert!(start_a < end_b && start_b < end_a, "{list}");
+}
+
+#[test]
 fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
     let cluster = Cluster::start(3, None);
     let (merge, before) = start_big_merge(&cluster);
@@ -221,6 +587,9 @@ fn ctrl_c_cancels_a_running_merge_on_the_cluster() {
     );
 }
 
+/// The scheduler session `start_big_merge` runs its MERGE in.
+const BIG_MERGE_SESSION: &str = "big-merge";
+
 /// Builds a 4M-row table and starts a MERGE updating half of it; returns
 /// once the MERGE's writers have written a file, with the files from before.
 fn start_big_merge(cluster: &Cluster) -> (Child, std::collections::BTreeSet<PathBuf>) {
@@ -242,6 +611,7 @@ fn start_big_merge(cluster: &Cluster) -> (Child, std::collections::BTreeSet<Path
     let mut merge = Command::new(CLI)
         .arg("--scheduler")
         .arg(cluster.flight_sql.to_string())
+        .args(["--session", BIG_MERGE_SESSION])
         .args([
             "--format",
             "csv",
@@ -362,7 +732,7 @@ fn killing_the_last_executor_fails_the_merge_and_leaves_the_table_unchanged() {
 }
 
 /// Asks the scheduler's `icemerge.progress` action (what the CLI's
-/// progress bars show).
+/// progress bars show) about the statement of `start_big_merge`'s session.
 fn progress_report(flight_sql: SocketAddr) -> serde_json::Value {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -377,10 +747,13 @@ fn progress_report(flight_sql: SocketAddr) -> serde_json::Value {
             .await
             .unwrap();
         let mut client = FlightServiceClient::new(channel);
-        let action = arrow_flight::Action {
+        let mut action = tonic::Request::new(arrow_flight::Action {
             r#type: "icemerge.progress".into(),
             body: Default::default(),
-        };
+        });
+        action
+            .metadata_mut()
+            .insert("x-icemerge-session", BIG_MERGE_SESSION.parse().unwrap());
         let mut stream = client.do_action(action).await.unwrap().into_inner();
         let result = stream.try_next().await.unwrap().unwrap();
         serde_json::from_slice(&result.body).unwrap()

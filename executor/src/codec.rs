@@ -27,6 +27,7 @@ use prost::Message;
 
 use crate::checked_arithmetic::CheckedArithmeticExpr;
 use crate::checked_sum::{CheckedSum, CHECKED_SUM_MARK};
+use crate::file_io::{secrets_of, without_secrets};
 use crate::insert_route::{InsertRoute, INSERT_ROUTE_MARK};
 use crate::merge_on_read::MergeOnReadWriterExec;
 use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
@@ -39,9 +40,47 @@ const MAGIC: &[u8] = b"ICEMERGE1";
 const CHECKED_ARITHMETIC: &[u8] = b"ICEMERGE1-CHECKED:";
 
 /// Encodes icemerge operators; delegates all others to Ballista's codec.
-#[derive(Debug, Default)]
+/// Storage secrets are left out of every node it encodes; the credentials
+/// it holds (this process's own) are added to every node it decodes.
+#[derive(Default)]
 pub struct IcemergePhysicalCodec {
     fallback: BallistaPhysicalExtensionCodec,
+    credentials: HashMap<String, String>,
+}
+
+impl std::fmt::Debug for IcemergePhysicalCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys: Vec<_> = self.credentials.keys().collect();
+        keys.sort();
+        f.debug_struct("IcemergePhysicalCodec")
+            .field("credentials", &keys)
+            .finish()
+    }
+}
+
+impl IcemergePhysicalCodec {
+    /// A codec that gives decoded plans these storage credentials (the
+    /// secret `FileIO` properties, `file_io::SECRET_PROPS`).
+    pub fn with_credentials(credentials: HashMap<String, String>) -> Self {
+        Self {
+            fallback: BallistaPhysicalExtensionCodec::default(),
+            credentials: secrets_of(&credentials),
+        }
+    }
+
+    /// A plan's storage properties with this process's credentials.
+    fn with_own_credentials(&self, props: Option<FileIoProps>) -> HashMap<String, String> {
+        let mut props = props.map(|p| p.props).unwrap_or_default();
+        props.extend(self.credentials.clone());
+        props
+    }
+}
+
+/// Storage properties as a plan carries them: no secrets.
+fn shipped(props: &HashMap<String, String>) -> Option<FileIoProps> {
+    Some(FileIoProps {
+        props: without_secrets(props),
+    })
 }
 
 fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
@@ -68,13 +107,17 @@ type WriterParts = (
 );
 
 /// The fields both writers are built from.
-fn writer_parts(write: WriteNode, inputs: &[Arc<dyn ExecutionPlan>]) -> Result<WriterParts> {
+fn writer_parts(
+    codec: &IcemergePhysicalCodec,
+    write: WriteNode,
+    inputs: &[Arc<dyn ExecutionPlan>],
+) -> Result<WriterParts> {
     let input = inputs
         .first()
         .cloned()
         .ok_or_else(|| internal(format!("writer of {} without input", write.table)))?;
     let metadata = serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
-    let props = write.file_io.map(|p| p.props).unwrap_or_default();
+    let props = codec.with_own_credentials(write.file_io);
     Ok((
         write.table,
         Arc::new(metadata),
@@ -140,7 +183,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 let exec = IcebergScanExec::new(
                     scan.table,
                     Arc::new(decode_schema(&scan.schema)?),
-                    scan.file_io.map(|p| p.props).unwrap_or_default(),
+                    self.with_own_credentials(scan.file_io),
                     groups,
                     scan.files_pruned,
                     scan.predicate,
@@ -154,21 +197,21 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 }))
             }
             Some(Node::Write(write)) => {
-                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
+                let (table, metadata, props, write_id, input) = writer_parts(self, write, inputs)?;
                 Ok(Arc::new(IcebergWriteExec::new(
                     table, metadata, props, write_id, input,
                 )))
             }
             Some(Node::MergeWrite(mut write)) => {
                 let targets = decode_targets(&mut write)?;
-                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
+                let (table, metadata, props, write_id, input) = writer_parts(self, write, inputs)?;
                 Ok(Arc::new(
                     CopyOnWriteWriterExec::new(table, metadata, props, write_id, input)
                         .with_targets(targets),
                 ))
             }
             Some(Node::MergeOnReadWrite(write)) => {
-                let (table, metadata, props, write_id, input) = writer_parts(write, inputs)?;
+                let (table, metadata, props, write_id, input) = writer_parts(self, write, inputs)?;
                 Ok(Arc::new(MergeOnReadWriterExec::new(
                     table, metadata, props, write_id, input,
                 )))
@@ -201,9 +244,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
             Node::Scan(ScanNode {
                 table: scan.table.clone(),
                 schema: encode_schema(&scan.schema)?,
-                file_io: Some(FileIoProps {
-                    props: scan.file_io_props.clone(),
-                }),
+                file_io: shipped(&scan.file_io_props),
                 groups,
                 files_pruned: scan.files_pruned,
                 predicate: scan.predicate.clone(),
@@ -216,9 +257,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 table: write.table.clone(),
                 table_metadata_json: serde_json::to_string(write.metadata.as_ref())
                     .map_err(json_err)?,
-                file_io: Some(FileIoProps {
-                    props: write.file_io_props.clone(),
-                }),
+                file_io: shipped(&write.file_io_props),
                 write_id: write.write_id.clone(),
                 file_rows: Default::default(),
                 file_deletes_json: Default::default(),
@@ -228,9 +267,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 table: write.table.clone(),
                 table_metadata_json: serde_json::to_string(write.metadata.as_ref())
                     .map_err(json_err)?,
-                file_io: Some(FileIoProps {
-                    props: write.file_io_props.clone(),
-                }),
+                file_io: shipped(&write.file_io_props),
                 write_id: write.write_id.clone(),
                 file_rows: write.targets.rows.as_ref().clone(),
                 file_deletes_json: encode_deletes(&write.targets)?,
@@ -240,9 +277,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 table: write.table.clone(),
                 table_metadata_json: serde_json::to_string(write.metadata.as_ref())
                     .map_err(json_err)?,
-                file_io: Some(FileIoProps {
-                    props: write.file_io_props.clone(),
-                }),
+                file_io: shipped(&write.file_io_props),
                 write_id: write.write_id.clone(),
                 file_rows: Default::default(),
                 file_deletes_json: Default::default(),
@@ -326,5 +361,64 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
 
     fn try_encode_udwf(&self, node: &WindowUDF, buf: &mut Vec<u8>) -> Result<()> {
         self.fallback.try_encode_udwf(node, buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field};
+    use datafusion::prelude::SessionContext;
+
+    #[test]
+    fn plans_carry_no_secrets_and_take_the_decoding_process_credentials() {
+        let props: HashMap<String, String> = [
+            ("s3.endpoint", "http://store:9000"),
+            ("s3.access-key-id", "coordinator-key"),
+            ("s3.secret-access-key", "coordinator-secret"),
+            ("s3.session-token", "coordinator-token"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let scan: Arc<dyn ExecutionPlan> = Arc::new(IcebergScanExec::new(
+            "db.t".into(),
+            schema,
+            props,
+            vec![],
+            0,
+            String::new(),
+            None,
+        ));
+        let mut buf = vec![];
+        IcemergePhysicalCodec::default()
+            .try_encode(scan, &mut buf)
+            .unwrap();
+        let text = String::from_utf8_lossy(&buf);
+        assert!(text.contains("http://store:9000"), "{text}");
+        assert!(!text.contains("coordinator-"), "{text}");
+
+        let own: HashMap<String, String> = [
+            ("s3.access-key-id", "executor-key"),
+            ("s3.secret-access-key", "executor-secret"),
+            ("s3.endpoint", "http://ignored:1"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let ctx = SessionContext::new();
+        let codec = IcemergePhysicalCodec::with_credentials(own);
+        assert!(!format!("{codec:?}").contains("executor-secret"));
+        let decoded = codec.try_decode(&buf, &[], &ctx.task_ctx()).unwrap();
+        assert!(!format!("{decoded:?}").contains("executor-secret"));
+        let scan = decoded.as_any().downcast_ref::<IcebergScanExec>().unwrap();
+        assert_eq!(scan.file_io_props["s3.endpoint"], "http://store:9000");
+        assert_eq!(scan.file_io_props["s3.access-key-id"], "executor-key");
+        assert_eq!(
+            scan.file_io_props["s3.secret-access-key"],
+            "executor-secret"
+        );
+        assert!(!scan.file_io_props.contains_key("s3.session-token"));
     }
 }

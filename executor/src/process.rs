@@ -13,6 +13,7 @@
 //! map output of its shuffle inputs once (`shuffle_inputs`).
 
 use icemerge_proto::memory_budget::MemoryBudget;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -57,6 +58,10 @@ pub struct ExecutorOptions {
     pub push_scheduling: bool,
     /// Memory for running tasks, shared equally among the task slots.
     pub memory_limit: MemoryBudget,
+    /// This executor's storage credentials (`file_io::SECRET_PROPS`), added
+    /// to every plan it runs: plans carry none. Empty: the S3 client's own
+    /// (environment, profile, instance role).
+    pub storage_credentials: HashMap<String, String>,
 }
 
 /// Runs the executor until it stops (an error or a shutdown signal).
@@ -88,8 +93,12 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         grpc_max_decoding_message_size: MAX_MESSAGE_BYTES as u32,
         grpc_max_encoding_message_size: MAX_MESSAGE_BYTES as u32,
         executor_heartbeat_interval_seconds: EXECUTOR_HEARTBEAT_SECONDS,
-        override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::default())),
-        override_execution_engine: Some(Arc::new(FreshPlanEngine::default())),
+        override_physical_codec: Some(Arc::new(IcemergePhysicalCodec::with_credentials(
+            options.storage_credentials.clone(),
+        ))),
+        override_execution_engine: Some(Arc::new(FreshPlanEngine::new(
+            IcemergePhysicalCodec::with_credentials(options.storage_credentials),
+        ))),
         ..Default::default()
     };
     start_executor_process(Arc::new(config)).await
@@ -98,10 +107,20 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
 /// Ballista's execution engine, run on a private copy of the stage plan
 /// (a round trip through icemerge's physical codec) for every task, which
 /// also reports its shuffle output and times (`task_figures`).
-#[derive(Default)]
 pub struct FreshPlanEngine {
     inner: DefaultExecutionEngine,
     codec: IcemergePhysicalCodec,
+}
+
+impl FreshPlanEngine {
+    /// Copies plans through `codec` (which adds the executor's storage
+    /// credentials).
+    pub fn new(codec: IcemergePhysicalCodec) -> Self {
+        Self {
+            inner: DefaultExecutionEngine::default(),
+            codec,
+        }
+    }
 }
 
 impl ExecutionEngine for FreshPlanEngine {

@@ -6,7 +6,6 @@
 //! task reads the same pinned snapshot.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -33,7 +32,7 @@ use iceberg::Runtime;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use crate::deletes::{refuse_deletion_vector, DeleteLoader};
-use crate::file_io::file_io_from_props;
+use crate::file_io::{file_io_from_props, StorageProps};
 use crate::iceberg_err;
 use crate::live_rows::read_live_rows;
 use icemerge_proto::error::{internal, invalid_input};
@@ -43,7 +42,7 @@ use icemerge_proto::error::{internal, invalid_input};
 pub struct IcebergScanExec {
     pub table: String,
     pub schema: SchemaRef,
-    pub file_io_props: HashMap<String, String>,
+    pub file_io_props: StorageProps,
     pub groups: Vec<Vec<FileScanTask>>,
     pub files_pruned: u64,
     pub predicate: String,
@@ -67,7 +66,7 @@ impl IcebergScanExec {
     pub fn new(
         table: String,
         schema: SchemaRef,
-        file_io_props: HashMap<String, String>,
+        file_io_props: impl Into<StorageProps>,
         groups: Vec<Vec<FileScanTask>>,
         files_pruned: u64,
         predicate: String,
@@ -88,7 +87,7 @@ impl IcebergScanExec {
         Self {
             table,
             schema,
-            file_io_props,
+            file_io_props: file_io_props.into(),
             groups,
             files_pruned,
             predicate,

@@ -9,7 +9,6 @@
 //! table's write order (`write_order.rs`) make files that record it.
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, LazyLock};
 
@@ -41,7 +40,7 @@ use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use crate::file_io::file_io_from_props;
+use crate::file_io::{file_io_from_props, StorageProps};
 use crate::iceberg_err;
 use crate::write_order::{sorted_input_order_id, with_sort_order_id, write_ordering};
 use icemerge_proto::error::internal;
@@ -60,7 +59,7 @@ pub static WRITE_RESULT_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 pub struct IcebergWriteExec {
     pub table: String,
     pub metadata: Arc<TableMetadata>,
-    pub file_io_props: HashMap<String, String>,
+    pub file_io_props: StorageProps,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
@@ -71,7 +70,7 @@ impl IcebergWriteExec {
     pub fn new(
         table: String,
         metadata: Arc<TableMetadata>,
-        file_io_props: HashMap<String, String>,
+        file_io_props: impl Into<StorageProps>,
         write_id: String,
         input: Arc<dyn ExecutionPlan>,
     ) -> Self {
@@ -85,7 +84,7 @@ impl IcebergWriteExec {
         Self {
             table,
             metadata,
-            file_io_props,
+            file_io_props: file_io_props.into(),
             write_id,
             input,
             properties,

@@ -3,7 +3,8 @@
 //! MERGE binding and classification (UPDATE and DELETE bound as MERGEs),
 //! the source-key probe for dynamic
 //! pruning, the tables' row-level write modes, EXPLAIN rendering, and the
-//! scheduler's statement commands and statement kinds.
+//! scheduler's statement commands, statement kinds and prepared statements'
+//! parameters.
 
 pub mod alter_table;
 pub mod ddl;
@@ -13,5 +14,6 @@ pub mod procedures;
 pub mod source_keys;
 pub mod statement_commands;
 pub mod statement_kind;
+pub mod statement_parameters;
 pub mod update_delete;
 pub mod write_mode;

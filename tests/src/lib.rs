@@ -1,6 +1,6 @@
 //! Shared helpers for icemerge's end-to-end tests: sessions on a fresh
 //! warehouse for each engine, throwaway Postgres catalog databases, the
-//! sqllogictest adapter, and result helpers.
+//! sqllogictest adapter, moto's S3 server (`moto`), and result helpers.
 //!
 //! Postgres: tests that need it read `ICEMERGE_TEST_POSTGRES_URI` (a server
 //! whose role may create databases). `./test.sh` always sets it, starting a
@@ -9,6 +9,8 @@
 //! ([`postgres_database`] returns `None`).
 
 use std::path::{Path, PathBuf};
+
+pub mod moto;
 
 use arrow::array::Array;
 use arrow::datatypes::DataType;

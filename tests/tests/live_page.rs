@@ -61,6 +61,7 @@ impl Cluster {
             memory_limit: None,
             ui_port: Some(0),
             metrics_port: None,
+            tls: None,
         })
         .await
         .expect("start the scheduler");
@@ -76,6 +77,7 @@ impl Cluster {
                 work_dir: Some(dir.path().join(format!("work-{i}"))),
                 push_scheduling: true,
                 memory_limit: Default::default(),
+                storage_credentials: Default::default(),
             };
             tokio::spawn(icemerge_executor::process::run(options));
         }
@@ -104,7 +106,8 @@ impl Cluster {
         self.scheduler.ui_addr.expect("the live page is enabled")
     }
 
-    /// A Flight SQL client carrying the token.
+    /// A Flight SQL client carrying the token, in the one scheduler session
+    /// of this test's statements (its SET holds for all of them).
     async fn client(&self) -> FlightSqlServiceClient<Channel> {
         let channel = tonic::transport::Endpoint::from_shared(format!(
             "http://{}",
@@ -115,6 +118,7 @@ impl Cluster {
         .await
         .unwrap();
         let mut client = FlightSqlServiceClient::new(channel);
+        client.set_header("x-icemerge-session", "live-page");
         if let Some(token) = &self.token {
             client.set_header("authorization", format!("Bearer {token}"));
         }

@@ -8,6 +8,10 @@ use clap::Parser;
 use icemerge_executor::process::{run, ExecutorOptions};
 use icemerge_proto::memory_budget::MemoryBudget;
 
+#[path = "../s3_credential_args.rs"]
+mod s3_credential_args;
+use s3_credential_args::S3CredentialArgs;
+
 /// Runs an icemerge executor for the scheduler at --scheduler.
 ///
 /// Its ports (Flight for shuffle data, gRPC for task launch) have no auth:
@@ -64,6 +68,11 @@ struct Args {
     /// Poll the scheduler for tasks (the scheduler must run with --pull).
     #[arg(long)]
     pull: bool,
+
+    // This executor's S3 credentials for an s3:// warehouse: plans from the
+    // scheduler carry the store's endpoint and region, never credentials.
+    #[command(flatten)]
+    credentials: S3CredentialArgs,
 }
 
 fn split_host_port(address: &str) -> Result<(String, u16), String> {
@@ -76,14 +85,14 @@ fn split_host_port(address: &str) -> Result<(String, u16), String> {
     Ok((host.trim_matches(['[', ']']).to_string(), port))
 }
 
+#[path = "../log_filter.rs"]
+mod log_filter;
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ICEMERGE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter::log_filter("info"))
         .with_writer(std::io::stderr)
         .init();
     let (scheduler_host, scheduler_port) = match split_host_port(&args.scheduler) {
@@ -93,6 +102,12 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let credentials = &args.credentials;
+    let storage_credentials = icemerge_executor::file_io::s3_credentials(
+        credentials.s3_access_key_id.as_deref(),
+        credentials.s3_secret_access_key.as_deref(),
+        credentials.s3_session_token.as_deref(),
+    );
     let options = ExecutorOptions {
         bind_host: args.bind_host,
         external_host: args.external_host,
@@ -104,6 +119,7 @@ async fn main() -> ExitCode {
         work_dir: args.work_dir,
         push_scheduling: !args.pull,
         memory_limit: args.memory_limit.unwrap_or_default(),
+        storage_credentials,
     };
     match run(options).await {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,11 +6,12 @@
 //! listening.
 
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use icemerge_proto::memory_budget::MemoryBudget;
-use icemerge_scheduler::server::{start, SchedulerProcessOptions};
+use icemerge_scheduler::server::{start, SchedulerProcessOptions, TlsFiles};
 
 #[path = "../catalog_args.rs"]
 mod catalog_args;
@@ -63,6 +64,16 @@ struct Args {
     )]
     token: Option<String>,
 
+    /// PEM certificate chain of the Flight SQL port: clients then connect
+    /// with TLS (`icemerge --scheduler grpc+tls://HOST:PORT`). Needs
+    /// --tls-key. The other ports stay plain: keep them private.
+    #[arg(long, value_name = "PEM", env = "ICEMERGE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", env = "ICEMERGE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+
     /// Accept a non-loopback --bind-host without --token.
     #[arg(long)]
     insecure_no_auth: bool,
@@ -103,16 +114,23 @@ struct Args {
     metrics_port: Option<u16>,
 }
 
+#[path = "../log_filter.rs"]
+mod log_filter;
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("ICEMERGE_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
+        .with_env_filter(log_filter::log_filter("info"))
         .with_writer(std::io::stderr)
         .init();
+    let tls = match TlsFiles::from_args(args.tls_cert, args.tls_key) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let options = SchedulerProcessOptions {
         bind_host: args.bind_host,
         ballista_port: args.port,
@@ -126,6 +144,7 @@ async fn main() -> ExitCode {
         memory_limit: args.memory_limit,
         ui_port: args.ui_port,
         metrics_port: args.metrics_port,
+        tls,
     };
     let running = match start(options).await {
         Ok(running) => running,

@@ -35,9 +35,37 @@ pub struct Cluster {
     /// The metrics endpoint's address (`start_with_metrics`).
     pub metrics: Option<SocketAddr>,
     pub executor_logs: Vec<PathBuf>,
+    /// What every executor is started with beyond the defaults.
+    executor_setup: ProcessSetup,
     // Executors first: they are stopped before the scheduler.
     pub executors: Vec<Process>,
     _scheduler: Process,
+}
+
+/// More arguments and environment variables for a process of the cluster.
+#[derive(Clone, Default)]
+pub struct ProcessSetup {
+    pub args: Vec<std::ffi::OsString>,
+    pub env: Vec<(String, String)>,
+}
+
+impl ProcessSetup {
+    pub fn args<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Self {
+        Self {
+            args: args.iter().map(|a| a.as_ref().to_owned()).collect(),
+            env: vec![],
+        }
+    }
+
+    pub fn env(mut self, key: &str, value: &str) -> Self {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    fn apply(&self, command: &mut Command) {
+        command.args(&self.args);
+        command.envs(self.env.iter().map(|(k, v)| (k, v)));
+    }
 }
 
 pub fn free_port() -> u16 {
@@ -64,14 +92,34 @@ impl Cluster {
 
     /// As `start`, with the scheduler's metrics endpoint on a free port.
     pub fn start_with_metrics(executors: usize, token: Option<&str>) -> Cluster {
-        Self::start_with_ports(executors, token, false, true)
+        let none = ProcessSetup::default;
+        Self::start_with_ports(executors, token, false, true, none(), none())
+    }
+
+    /// As `start`, with more arguments and environment for the scheduler
+    /// (its own `--warehouse` replaces the default) and the executors.
+    pub fn start_with_setup(
+        executors: usize,
+        token: Option<&str>,
+        scheduler: ProcessSetup,
+        executor: ProcessSetup,
+    ) -> Cluster {
+        Self::start_with_ports(executors, token, false, false, scheduler, executor)
     }
 
     fn start_with(executors: usize, token: Option<&str>, ui: bool) -> Cluster {
-        Self::start_with_ports(executors, token, ui, false)
+        let none = ProcessSetup::default;
+        Self::start_with_ports(executors, token, ui, false, none(), none())
     }
 
-    fn start_with_ports(executors: usize, token: Option<&str>, ui: bool, metrics: bool) -> Cluster {
+    fn start_with_ports(
+        executors: usize,
+        token: Option<&str>,
+        ui: bool,
+        metrics: bool,
+        scheduler_setup: ProcessSetup,
+        executor_setup: ProcessSetup,
+    ) -> Cluster {
         let dir = tempfile::tempdir().unwrap();
         let scheduler_log = dir.path().join("scheduler.log");
         let mut command = Command::new(SCHEDULER);
@@ -79,8 +127,6 @@ impl Cluster {
             .args(["--bind-host", "127.0.0.1", "--port", "0"])
             .args(["--flight-sql-port", "0", "--target-partitions", "6"])
             .args(["--executor-timeout", "10"])
-            .arg("--warehouse")
-            .arg(dir.path().join("warehouse"))
             .env_remove("ICEMERGE_TOKEN")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&scheduler_log).unwrap());
@@ -93,6 +139,10 @@ impl Cluster {
         if metrics {
             command.args(["--metrics-port", "0"]);
         }
+        if !scheduler_setup.args.iter().any(|a| a == "--warehouse") {
+            command.arg("--warehouse").arg(dir.path().join("warehouse"));
+        }
+        scheduler_setup.apply(&mut command);
         let mut child = command.spawn().expect("spawn icemerge-scheduler");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
@@ -130,7 +180,7 @@ impl Cluster {
         let mut processes = vec![];
         let mut executor_logs = vec![];
         for i in 0..executors {
-            let (child, log) = spawn_executor(dir.path(), ballista, i);
+            let (child, log) = spawn_executor(dir.path(), ballista, i, &executor_setup);
             processes.push(child);
             executor_logs.push(log);
         }
@@ -141,6 +191,7 @@ impl Cluster {
             ui,
             metrics,
             executor_logs,
+            executor_setup,
             executors: processes,
             _scheduler: scheduler,
         };
@@ -151,7 +202,7 @@ impl Cluster {
     /// Starts one more executor and waits until it registered.
     pub fn add_executor(&mut self) {
         let i = self.executor_logs.len();
-        let (child, log) = spawn_executor(self.dir.path(), self.ballista, i);
+        let (child, log) = spawn_executor(self.dir.path(), self.ballista, i, &self.executor_setup);
         self.executors.push(child);
         self.executor_logs.push(log);
         self.wait_for_executors(self.executors.len());
@@ -224,9 +275,16 @@ impl Cluster {
 
 /// Starts executor number `i` of a cluster in `dir`, registering with the
 /// scheduler at `ballista`; its log file is returned with it.
-fn spawn_executor(dir: &Path, ballista: SocketAddr, i: usize) -> (Process, PathBuf) {
+fn spawn_executor(
+    dir: &Path,
+    ballista: SocketAddr,
+    i: usize,
+    setup: &ProcessSetup,
+) -> (Process, PathBuf) {
     let log = dir.join(format!("executor-{i}.log"));
-    let child = Command::new(EXECUTOR)
+    let mut command = Command::new(EXECUTOR);
+    setup.apply(&mut command);
+    let child = command
         .arg("--scheduler")
         .arg(ballista.to_string())
         .args(["--bind-host", "127.0.0.1", "--task-slots", "2"])

@@ -5,7 +5,6 @@
 //! fragment (`icemerge_proto::fragment`).
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -23,7 +22,7 @@ use iceberg::spec::TableMetadata;
 use icemerge_proto::fragment;
 
 use super::sink::PartitionSink;
-use crate::file_io::file_io_from_props;
+use crate::file_io::{file_io_from_props, StorageProps};
 use crate::merge_writer::metrics::WriterMetrics;
 use icemerge_proto::error::internal;
 
@@ -32,7 +31,7 @@ use icemerge_proto::error::internal;
 pub struct MergeOnReadWriterExec {
     pub table: String,
     pub metadata: Arc<TableMetadata>,
-    pub file_io_props: HashMap<String, String>,
+    pub file_io_props: StorageProps,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
     properties: Arc<PlanProperties>,
@@ -43,7 +42,7 @@ impl MergeOnReadWriterExec {
     pub fn new(
         table: String,
         metadata: Arc<TableMetadata>,
-        file_io_props: HashMap<String, String>,
+        file_io_props: impl Into<StorageProps>,
         write_id: String,
         input: Arc<dyn ExecutionPlan>,
     ) -> Self {
@@ -56,7 +55,7 @@ impl MergeOnReadWriterExec {
         Self {
             table,
             metadata,
-            file_io_props,
+            file_io_props: file_io_props.into(),
             write_id,
             input,
             properties,

@@ -4,7 +4,6 @@
 //! fragment (`icemerge_proto::fragment`).
 
 use std::any::Any;
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ use icemerge_proto::merge_rows::FILE_COLUMN;
 use super::metrics::WriterMetrics;
 use super::sink::PartitionSink;
 use super::TargetFiles;
-use crate::file_io::file_io_from_props;
+use crate::file_io::{file_io_from_props, StorageProps};
 use icemerge_proto::error::internal;
 
 /// Whether `input` comes sorted by the row id's data file.
@@ -43,7 +42,7 @@ fn sorted_by_file(input: &Arc<dyn ExecutionPlan>) -> bool {
 pub struct CopyOnWriteWriterExec {
     pub table: String,
     pub metadata: Arc<TableMetadata>,
-    pub file_io_props: HashMap<String, String>,
+    pub file_io_props: StorageProps,
     pub write_id: String,
     pub input: Arc<dyn ExecutionPlan>,
     /// Record counts and delete files of the data files the target scan reads.
@@ -56,7 +55,7 @@ impl CopyOnWriteWriterExec {
     pub fn new(
         table: String,
         metadata: Arc<TableMetadata>,
-        file_io_props: HashMap<String, String>,
+        file_io_props: impl Into<StorageProps>,
         write_id: String,
         input: Arc<dyn ExecutionPlan>,
     ) -> Self {
@@ -69,7 +68,7 @@ impl CopyOnWriteWriterExec {
         Self {
             table,
             metadata,
-            file_io_props,
+            file_io_props: file_io_props.into(),
             write_id,
             input,
             targets: TargetFiles::default(),

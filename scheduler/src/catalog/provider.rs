@@ -60,6 +60,28 @@ impl IcebergCatalogProvider {
         *self.namespaces.write().expect("lock") = names;
         Ok(())
     }
+
+    /// The tables of schema `schema`, sorted: its Iceberg tables, then the
+    /// ones the session registered itself (`true` beside those).
+    pub async fn tables(&self, schema: &str) -> Result<Vec<(String, bool)>> {
+        let mut tables = vec![];
+        if self
+            .namespaces
+            .read()
+            .expect("lock")
+            .iter()
+            .any(|n| n == schema)
+        {
+            let ns = NamespaceIdent::from_strs(schema.split('.')).map_err(iceberg_err)?;
+            let idents = self.catalog.list_tables(&ns).await.map_err(iceberg_err)?;
+            tables.extend(idents.into_iter().map(|t| (t.name, false)));
+        }
+        if let Some(local) = self.local.read().expect("lock").get(schema) {
+            tables.extend(local.keys().map(|name| (name.clone(), true)));
+        }
+        tables.sort();
+        Ok(tables)
+    }
 }
 
 impl CatalogProvider for IcebergCatalogProvider {

@@ -8,6 +8,7 @@
 //! counted while it runs (`task_tracker`); each task runs on its own copy of
 //! the stage plan, so that its metrics are its own.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -57,10 +58,14 @@ pub struct InProcessCluster {
     _work_dirs: Vec<tempfile::TempDir>,
 }
 
-fn codec() -> BallistaCodec<LogicalPlanNode, PhysicalPlanNode> {
+/// The codec of the cluster's processes; `credentials`: the storage
+/// secrets added to the plans it decodes (an executor's own).
+fn codec(
+    credentials: &HashMap<String, String>,
+) -> BallistaCodec<LogicalPlanNode, PhysicalPlanNode> {
     BallistaCodec::new(
         Arc::new(IcemergeLogicalCodec::default()),
-        Arc::new(IcemergePhysicalCodec::default()),
+        Arc::new(IcemergePhysicalCodec::with_credentials(credentials.clone())),
     )
 }
 
@@ -71,11 +76,14 @@ fn ballista_err(e: impl std::fmt::Display) -> DataFusionError {
 impl InProcessCluster {
     /// Starts a scheduler and `executors` executors with `slots` task slots
     /// each, every task running in `runtime` (the process's memory budget).
+    /// Plans travel without storage secrets, as to executor processes; the
+    /// executors add `credentials` (the session's own).
     pub async fn start(
         config: SessionConfig,
         executors: usize,
         slots: usize,
         runtime: Arc<RuntimeEnv>,
+        credentials: HashMap<String, String>,
     ) -> Result<Self> {
         let ledger = TaskLedger::default();
         let running = TaskTracker::default();
@@ -88,14 +96,18 @@ impl InProcessCluster {
                 .prefix("icemerge-executor-")
                 .tempdir()
                 .map_err(|e| io_error(format!("executor work dir: {e}")))?;
+            let shared = ExecutorShared {
+                ledger: ledger.clone(),
+                running: running.clone(),
+                runtime: runtime.clone(),
+                credentials: &credentials,
+            };
             let executor = start_executor(
                 scheduler_addr,
                 config.clone(),
                 slots,
                 work_dir.path(),
-                ledger.clone(),
-                running.clone(),
-                runtime.clone(),
+                shared,
             )
             .await?;
             executor_ids.push(executor.id.clone());
@@ -131,7 +143,7 @@ async fn start_scheduler(config: SessionConfig) -> Result<SocketAddr> {
     let mut server: SchedulerServer<LogicalPlanNode, PhysicalPlanNode> = SchedulerServer::new(
         name,
         cluster,
-        codec(),
+        codec(&HashMap::new()),
         // The scheduler pushes tasks to the executors (and cancels them).
         Arc::new(
             SchedulerConfig::default().with_scheduler_policy(TaskSchedulingPolicy::PushStaged),
@@ -164,15 +176,28 @@ fn free_port() -> Result<u16> {
     Ok(listener.local_addr().map_err(ballista_err)?.port())
 }
 
+/// What the executors of the cluster share: where task statuses and running
+/// tasks are recorded, the memory budget, the storage credentials.
+struct ExecutorShared<'a> {
+    ledger: TaskLedger,
+    running: TaskTracker,
+    runtime: Arc<RuntimeEnv>,
+    credentials: &'a HashMap<String, String>,
+}
+
 async fn start_executor(
     scheduler: SocketAddr,
     config: SessionConfig,
     slots: usize,
     work_dir: &std::path::Path,
-    ledger: TaskLedger,
-    running: TaskTracker,
-    runtime: Arc<RuntimeEnv>,
+    shared: ExecutorShared<'_>,
 ) -> Result<ExecutorHandle> {
+    let ExecutorShared {
+        ledger,
+        running,
+        runtime,
+        credentials,
+    } = shared;
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(ballista_err)?;
@@ -235,7 +260,9 @@ async fn start_executor(
             slots,
             Arc::new(TrackingEngine::new(
                 running.clone(),
-                Arc::new(FreshPlanEngine::default()),
+                Arc::new(FreshPlanEngine::new(
+                    IcemergePhysicalCodec::with_credentials(credentials.clone()),
+                )),
             )),
         ));
         let process = Arc::new(ExecutorProcessConfig {
@@ -256,7 +283,7 @@ async fn start_executor(
             client.clone(),
             process,
             executor,
-            codec(),
+            codec(credentials),
             stop_send.clone(),
             &shutdown,
         )

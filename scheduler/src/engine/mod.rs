@@ -22,6 +22,7 @@ mod task_ledger;
 mod task_tracker;
 pub(crate) mod tcp_incoming;
 
+use ballista_core::config::BALLISTA_JOB_NAME;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,6 +32,7 @@ use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::error::Result;
 use datafusion::execution::TaskContext;
+use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use datafusion_proto::protobuf::LogicalPlanNode;
@@ -75,7 +77,21 @@ pub struct SchedulerTarget {
     pub executor_timeout: Duration,
 }
 
+/// Whether `plan` reads the session's own state (`information_schema`,
+/// `SHOW`: streams DataFusion builds in memory from the session), which
+/// only the coordinator has and no plan can carry: such a plan runs there,
+/// never as a job.
+fn reads_session_state(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.as_any().is::<StreamingTableExec>() || plan.children().into_iter().any(reads_session_state)
+}
+
+/// The name of the Ballista jobs of the session `session_id`.
+pub fn job_name(session_id: &str) -> String {
+    format!("icemerge session {session_id}")
+}
+
 /// A running engine.
+#[derive(Clone)]
 pub enum Engine {
     Local,
     Cluster(Arc<InProcessCluster>),
@@ -117,14 +133,19 @@ impl Engine {
         control: &JobControl,
     ) -> Result<PlanRun> {
         control.check()?;
-        match self.scheduler_url() {
+        let scheduler_url = self.scheduler_url().filter(|_| !reads_session_state(&plan));
+        match scheduler_url {
             None => Ok(PlanRun {
                 batches: collect(plan, ctx.task_ctx()).await?,
                 job_id: None,
             }),
             Some(scheduler_url) => {
                 let logical = ShippedPlanNode::new(plan)?.into_logical_plan();
-                let config = ctx.copied_config();
+                // The job carries its session's name, so a session finds
+                // its job on the scheduler before it learns the job's id.
+                let config = ctx
+                    .copied_config()
+                    .set_str(BALLISTA_JOB_NAME, &job_name(&ctx.session_id()));
                 let exec = Arc::new(DistributedQueryExec::<LogicalPlanNode>::with_extension(
                     scheduler_url.clone(),
                     config.ballista_config(),

@@ -13,10 +13,21 @@
 //! - `DoPut(CommandStatementUpdate)` runs the statement and returns the update
 //!   count: the `count` column of INSERT / MERGE, 0 for DDL, and the number
 //!   of rows for any statement that returns rows.
-//! - `GetSqlInfo` reports the server name and version.
+//! - `GetSqlInfo` reports the server name and version; `GetCatalogs`,
+//!   `GetDbSchemas`, `GetTables` (with schemas) and `GetTableTypes` list
+//!   the catalog (`flight_sql_catalog`).
+//! - Prepared statements (`prepared_statements`): `CreatePreparedStatement`
+//!   takes any statement with `?` or `$n` placeholders; `DoPut` of
+//!   `CommandPreparedStatementQuery` binds one row of values and
+//!   `GetFlightInfo` of it runs the statement as a query; `DoPut` of
+//!   `CommandPreparedStatementUpdate` runs it once per row of the values
+//!   sent (or bound) and returns the summed update count.
 //! - Action `icemerge.progress` returns JSON `{"job": id|null, "stages":
 //!   [{"stage", "status", "done", "total"}]}` for the statement running now
 //!   (the CLI's progress bars).
+//!
+//! TLS: with a certificate (`--tls-cert`, `--tls-key`; module `tls`) the
+//! port speaks only TLS.
 //!
 //! Auth: with a token configured, an interceptor refuses every call whose
 //! `authorization` header is not `Bearer <token>` with `Unauthenticated`
@@ -27,10 +38,11 @@
 //! answered from that log (`statement_control`) without being logged or
 //! waiting for a turn.
 //!
-//! Statements run one at a time: the coordinator has one session. A client
-//! that cancels its call (drops the request), or `CANCEL STATEMENT` from
-//! another client, cancels the statement's Ballista job; the statement
-//! then commits nothing.
+//! Each client has a session of its own (`client_sessions`): its SET state,
+//! its statements run in order; statements of different clients run at the
+//! same time. A client that cancels its call (drops the request), or
+//! `CANCEL STATEMENT` from another client, cancels the statement's Ballista
+//! job; the statement then commits nothing.
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -40,13 +52,19 @@ use std::time::{Duration, Instant};
 use arrow::array::{Array, UInt64Array};
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow::record_batch::RecordBatch;
+use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::PeekableFlightDataStream as ValuesStream;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
-    CommandGetSqlInfo, CommandStatementQuery, CommandStatementUpdate, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandPreparedStatementUpdate, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -57,6 +75,7 @@ use futures::{Stream, TryStreamExt};
 use prost::Message;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
+use tonic::transport::ServerTlsConfig;
 use tonic::{Request, Response, Status, Streaming};
 
 use icemerge_planner::statement_commands::StatementCommand;
@@ -65,6 +84,9 @@ use icemerge_proto::limits::MAX_MESSAGE_BYTES;
 use icemerge_proto::progress::{JobProgressReport, PROGRESS_ACTION};
 
 use super::auth::Auth;
+use super::client_sessions::{client_of, ClientSessions};
+use super::flight_sql_catalog;
+use super::prepared_statements::PreparedStatements;
 use super::progress::JobProgress;
 use super::statement_control::run_command;
 use super::statement_log::{StatementEnd, StatementLog};
@@ -77,19 +99,24 @@ pub const RESULT_TTL: Duration = Duration::from_secs(600);
 /// Serves Flight SQL on `listener` until an error.
 pub async fn serve_flight_sql(
     listener: TcpListener,
-    session: Arc<Session>,
+    sessions: Arc<ClientSessions>,
     auth: Auth,
     progress: Option<JobProgress>,
     log: StatementLog,
+    tls: Option<ServerTlsConfig>,
 ) -> Result<(), tonic::transport::Error> {
-    let mut service = IcemergeFlightSql::new(session);
+    let mut service = IcemergeFlightSql::new(sessions);
     service.progress = progress;
     service.log = log;
     let service = FlightServiceServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     let service = InterceptedService::new(service, move |request| auth.check(request));
-    tonic::transport::Server::builder()
+    let mut server = tonic::transport::Server::builder();
+    if let Some(tls) = tls {
+        server = server.tls_config(tls)?;
+    }
+    server
         .add_service(service)
         .serve_with_incoming(crate::engine::tcp_incoming::no_delay(listener))
         .await
@@ -101,47 +128,87 @@ struct StoredResult {
     created: Instant,
 }
 
-/// The Flight SQL service over the coordinator's session.
+/// The Flight SQL service over the coordinator's sessions.
 pub struct IcemergeFlightSql {
-    session: Arc<Session>,
-    /// Serializes statements on the one session.
-    running: Arc<tokio::sync::Mutex<()>>,
+    sessions: Arc<ClientSessions>,
     results: Mutex<HashMap<String, StoredResult>>,
     progress: Option<JobProgress>,
     /// Every statement sent, for the live page.
     log: StatementLog,
+    prepared: PreparedStatements,
 }
 
 impl IcemergeFlightSql {
-    pub fn new(session: Arc<Session>) -> Self {
+    pub fn new(sessions: Arc<ClientSessions>) -> Self {
         Self {
-            session,
-            running: Arc::new(tokio::sync::Mutex::new(())),
+            sessions,
             results: Mutex::new(HashMap::new()),
             progress: None,
             log: StatementLog::default(),
+            prepared: PreparedStatements::default(),
         }
+    }
+
+    /// The session of the client sending `request`.
+    async fn client_session<T>(&self, request: &Request<T>) -> Result<Arc<Session>, Status> {
+        let client = self.sessions.of(&client_of(request)).await;
+        Ok(client.map_err(statement_error)?.session.clone())
+    }
+
+    /// Runs `sql` as a query: its rows wait under a ticket for `DoGet`.
+    async fn query_info(
+        &self,
+        client: &str,
+        sql: &str,
+        descriptor: FlightDescriptor,
+    ) -> Result<FlightInfo, Status> {
+        let output = self.run(client, sql).await?;
+        let info = match output {
+            StatementOutput::Rows { schema, batches } => {
+                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+                let handle = self.store(schema.clone(), batches);
+                let ticket = TicketStatementQuery {
+                    statement_handle: handle.into_bytes().into(),
+                };
+                FlightInfo::new()
+                    .try_with_schema(&schema)
+                    .map_err(arrow_status)?
+                    .with_endpoint(
+                        FlightEndpoint::new()
+                            .with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
+                    )
+                    .with_total_records(rows as i64)
+            }
+            StatementOutput::Done { message } => FlightInfo::new()
+                .try_with_schema(&Schema::empty())
+                .map_err(arrow_status)?
+                .with_total_records(0)
+                .with_app_metadata(message.into_bytes()),
+        };
+        Ok(info.with_descriptor(descriptor))
     }
 
     /// Runs a statement to completion in its own task. If the caller goes
     /// away first (the client cancelled the call, e.g. Ctrl-C in the CLI),
     /// or `CANCEL STATEMENT` names it, the statement's job is cancelled: it
     /// then fails, commits nothing and deletes the files it wrote. A
-    /// statement cancelled while queued never runs.
-    async fn run(&self, sql: &str) -> Result<StatementOutput, Status> {
+    /// statement cancelled while queued never runs. It runs on the
+    /// session of `client`, after that client's earlier statements.
+    async fn run(&self, client: &str, sql: &str) -> Result<StatementOutput, Status> {
         if let Some(command) = StatementCommand::parse(sql).map_err(statement_error)? {
             return run_command(command, &self.log)
                 .await
                 .map_err(statement_error);
         }
-        let id = self.log.submit(sql);
+        let client_session = self.sessions.of(client).await.map_err(statement_error)?;
+        let id = self.log.submit(sql, client);
         let cancel = self.log.cancel_signal(id).expect("a statement just logged");
         let mut queued = EndQueuedOnDrop {
             log: Some(self.log.clone()),
             id,
         };
         let turn = tokio::select! {
-            turn = self.running.clone().lock_owned() => turn,
+            turn = client_session.turn.clone().lock_owned() => turn,
             _ = cancel.notified() => {
                 queued.log = None;
                 let e = cancelled(format!("{CANCELLED} while queued (statement {id})"));
@@ -154,8 +221,8 @@ impl IcemergeFlightSql {
             }
         };
         queued.log = None;
-        tracing::info!(statement = %sql, id, "running");
-        let session = self.session.clone();
+        tracing::info!(statement = %sql, id, client, "running");
+        let session = client_session.session.clone();
         let sql = sql.to_string();
         let log = self.log.clone();
         let progress = self.progress.clone();
@@ -178,7 +245,7 @@ impl IcemergeFlightSql {
                         tokio::time::sleep(UNNAMED_JOB_GRACE).await;
                         if session.running_job_id().is_none() {
                             if let Some(progress) = &progress {
-                                cancel_unnamed_jobs(progress, id).await;
+                                cancel_unnamed_jobs(progress, id, &session.job_name()).await;
                             }
                         }
                     };
@@ -223,7 +290,7 @@ impl IcemergeFlightSql {
             output
         });
         let mut guard = CancelOnDrop {
-            session: Some(self.session.clone()),
+            session: Some(client_session.session.clone()),
         };
         let result = statement.await;
         guard.session = None;
@@ -253,11 +320,11 @@ impl IcemergeFlightSql {
 /// before cancelling the live jobs it cannot name.
 const UNNAMED_JOB_GRACE: Duration = Duration::from_millis(500);
 
-/// Cancels the jobs live on this scheduler (the running statement's: the
-/// coordinator is their only submitter) when the session does not know its
-/// job's id yet (`JobProgress::live_jobs`).
-async fn cancel_unnamed_jobs(progress: &JobProgress, id: u64) {
-    match progress.live_jobs().await {
+/// Cancels the jobs live on this scheduler named after the statement's
+/// session (`job_name`), when the session does not know its job's id yet
+/// (`JobProgress::live_jobs`).
+async fn cancel_unnamed_jobs(progress: &JobProgress, id: u64, job_name: &str) {
+    match progress.live_jobs(job_name).await {
         Ok(jobs) => {
             for job in jobs {
                 match progress.cancel(&job).await {
@@ -366,6 +433,39 @@ fn encode(schema: SchemaRef, batches: Vec<RecordBatch>) -> FlightStream {
     Box::pin(stream)
 }
 
+/// The `FlightInfo` of a metadata command: one endpoint whose ticket is the
+/// command itself.
+fn metadata_info(
+    schema: &Schema,
+    command: Vec<u8>,
+    request: Request<FlightDescriptor>,
+) -> Result<Response<FlightInfo>, Status> {
+    let info = FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(arrow_status)?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(command)))
+        .with_descriptor(request.into_inner());
+    Ok(Response::new(info))
+}
+
+/// The parameter values a `DoPut` carries: its record batches as one
+/// (`None` when it sends no rows).
+async fn parameter_values(stream: ValuesStream) -> Result<Option<RecordBatch>, Status> {
+    let batches: Vec<RecordBatch> =
+        FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
+            .try_collect()
+            .await
+            .map_err(|e| {
+                Status::invalid_argument(format!("cannot read the parameter values: {e}"))
+            })?;
+    let Some(first) = batches.first() else {
+        return Ok(None);
+    };
+    let values = arrow::compute::concat_batches(&first.schema(), &batches)
+        .map_err(|e| Status::invalid_argument(format!("cannot read the parameter values: {e}")))?;
+    Ok((values.num_rows() > 0 || values.num_columns() > 0).then_some(values))
+}
+
 /// The update count of a statement's output (see the module docs).
 fn update_count(output: &StatementOutput) -> i64 {
     match output {
@@ -414,30 +514,11 @@ impl FlightSqlService for IcemergeFlightSql {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let output = self.run(&query.query).await?;
-        let info = match output {
-            StatementOutput::Rows { schema, batches } => {
-                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-                let handle = self.store(schema.clone(), batches);
-                let ticket = TicketStatementQuery {
-                    statement_handle: handle.into_bytes().into(),
-                };
-                FlightInfo::new()
-                    .try_with_schema(&schema)
-                    .map_err(arrow_status)?
-                    .with_endpoint(
-                        FlightEndpoint::new()
-                            .with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
-                    )
-                    .with_total_records(rows as i64)
-            }
-            StatementOutput::Done { message } => FlightInfo::new()
-                .try_with_schema(&Schema::empty())
-                .map_err(arrow_status)?
-                .with_total_records(0)
-                .with_app_metadata(message.into_bytes()),
-        };
-        Ok(Response::new(info.with_descriptor(request.into_inner())))
+        let client = client_of(&request);
+        let info = self
+            .query_info(&client, &query.query, request.into_inner())
+            .await?;
+        Ok(Response::new(info))
     }
 
     async fn do_get_statement(
@@ -465,9 +546,9 @@ impl FlightSqlService for IcemergeFlightSql {
     async fn do_put_statement_update(
         &self,
         command: CommandStatementUpdate,
-        _request: Request<PeekableFlightDataStream>,
+        request: Request<PeekableFlightDataStream>,
     ) -> Result<i64, Status> {
-        let output = self.run(&command.query).await?;
+        let output = self.run(&client_of(&request), &command.query).await?;
         Ok(update_count(&output))
     }
 
@@ -502,6 +583,170 @@ impl FlightSqlService for IcemergeFlightSql {
         Ok(Response::new(encode(schema, vec![batch])))
     }
 
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        metadata_info(&schema, query.as_any().encode_to_vec(), request)
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let batch = flight_sql_catalog::catalogs(&*self.client_session(&request).await?, query)
+            .map_err(statement_error)?;
+        Ok(Response::new(encode(batch.schema(), vec![batch])))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&schema, query.as_any().encode_to_vec(), request)
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let batch = flight_sql_catalog::db_schemas(&*self.client_session(&request).await?, query)
+            .await
+            .map_err(statement_error)?;
+        Ok(Response::new(encode(batch.schema(), vec![batch])))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.clone().into_builder().schema();
+        metadata_info(&schema, query.as_any().encode_to_vec(), request)
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let batch = flight_sql_catalog::tables(&*self.client_session(&request).await?, query)
+            .await
+            .map_err(statement_error)?;
+        Ok(Response::new(encode(batch.schema(), vec![batch])))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let schema = query.into_builder().schema();
+        metadata_info(&schema, query.as_any().encode_to_vec(), request)
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        _request: Request<Ticket>,
+    ) -> Result<
+        Response<<Self as arrow_flight::flight_service_server::FlightService>::DoGetStream>,
+        Status,
+    > {
+        let batch = flight_sql_catalog::table_types(query).map_err(statement_error)?;
+        Ok(Response::new(encode(batch.schema(), vec![batch])))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let (handle, _) = self
+            .prepared
+            .create(&query.query)
+            .map_err(statement_error)?;
+        // The result's and the parameters' schemas are known once the
+        // statement runs with values: the values' own types are the
+        // parameters' types.
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: handle.into_bytes().into(),
+            ..Default::default()
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle).to_string();
+        if let Some(values) = parameter_values(request.into_inner()).await? {
+            self.prepared
+                .bind(&handle, values)
+                .map_err(statement_error)?;
+        }
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(query.prepared_statement_handle),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle).to_string();
+        let sql = self.prepared.query(&handle).map_err(statement_error)?;
+        let client = client_of(&request);
+        let info = self.query_info(&client, &sql, request.into_inner()).await?;
+        Ok(Response::new(info))
+    }
+
+    async fn do_put_prepared_statement_update(
+        &self,
+        query: CommandPreparedStatementUpdate,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<i64, Status> {
+        let handle = String::from_utf8_lossy(&query.prepared_statement_handle).to_string();
+        let client = client_of(&request);
+        let values = parameter_values(request.into_inner()).await?;
+        let statements = self
+            .prepared
+            .updates(&handle, values)
+            .map_err(statement_error)?;
+        let mut count = 0;
+        for sql in statements {
+            count += update_count(&self.run(&client, &sql).await?);
+        }
+        Ok(count)
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        _request: Request<Action>,
+    ) -> Result<(), Status> {
+        self.prepared
+            .close(&String::from_utf8_lossy(&query.prepared_statement_handle));
+        Ok(())
+    }
+
     async fn do_action_fallback(
         &self,
         request: Request<Action>,
@@ -516,7 +761,10 @@ impl FlightSqlService for IcemergeFlightSql {
             )));
         }
         let mut report = JobProgressReport {
-            job: self.session.running_job_id(),
+            job: self
+                .sessions
+                .get(&client_of(&request))
+                .and_then(|s| s.session.running_job_id()),
             stages: vec![],
         };
         if let (Some(job), Some(progress)) = (&report.job, &self.progress) {

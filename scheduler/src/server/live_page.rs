@@ -28,10 +28,10 @@ use serde::Serialize;
 use serde_json::json;
 
 use super::auth::{query_token, require_token, Auth};
+use super::client_sessions::ClientSessions;
 use super::progress::JobProgress;
 use super::statement_log::{now_ms, LoggedStatement, StatementLog};
 use crate::engine::{FigureCollector, TaskLedger};
-use crate::session::Session;
 
 const STYLE: &str = include_str!("live_page/live.css");
 const SCRIPT: &str = include_str!("live_page/statement.js");
@@ -40,7 +40,7 @@ const SCRIPT: &str = include_str!("live_page/statement.js");
 #[derive(Clone)]
 pub struct LivePage {
     pub log: StatementLog,
-    pub session: Arc<Session>,
+    pub sessions: Arc<ClientSessions>,
     pub progress: JobProgress,
     pub ledger: TaskLedger,
     pub auth: Auth,
@@ -143,6 +143,10 @@ struct ListedStatement {
     state: super::statement_log::StatementState,
     elapsed_ms: i64,
     submitted_ms: i64,
+    started_ms: Option<i64>,
+    ended_ms: Option<i64>,
+    /// The client that sent it.
+    client: String,
     error: Option<String>,
 }
 
@@ -153,6 +157,9 @@ fn listed(s: &LoggedStatement, now: i64) -> ListedStatement {
         state: s.state,
         elapsed_ms: s.elapsed_ms(now),
         submitted_ms: s.submitted_ms,
+        started_ms: s.started_ms,
+        ended_ms: s.ended_ms,
+        client: s.client.clone(),
         error: s.error.clone(),
     }
 }
@@ -224,8 +231,10 @@ async fn statement_view(
     if !s.state.is_live() {
         return (s.document.as_deref().cloned(), vec![]);
     }
-    let Some(run) = page
-        .session
+    let Some(session) = page.sessions.get(&s.client).map(|c| c.session.clone()) else {
+        return (None, vec![]);
+    };
+    let Some(run) = session
         .current_run()
         .filter(|run| s.started_ms.is_some() && run.number > s.plans_before)
     else {
@@ -233,7 +242,7 @@ async fn statement_view(
     };
     let mut document = run.document.clone();
     let mut progress = vec![];
-    if let Some(job) = run.job.clone().or_else(|| page.session.running_job_id()) {
+    if let Some(job) = run.job.clone().or_else(|| session.running_job_id()) {
         let stages: Vec<_> = document.stages.iter().map(|e| e.stage.clone()).collect();
         let tasks = page.ledger.tasks_of(&job);
         let figures = FigureCollector::from_tasks(&tasks).figures(&stages, run.started);
@@ -374,7 +383,10 @@ async fn statement(
             "elapsed_ms": s.elapsed_ms(now),
             "elapsed": human_ms(s.elapsed_ms(now) as f64),
             "error": s.error,
-            "job": s.job.clone().or_else(|| live.then(|| page.session.running_job_id()).flatten()),
+            "job": s.job.clone().or_else(|| {
+                live.then(|| page.sessions.get(&s.client)?.session.running_job_id())
+                    .flatten()
+            }),
             "columns": COLUMNS,
             "stages": rows,
             "merge": document.as_ref().and_then(|d| d.merge.clone()),

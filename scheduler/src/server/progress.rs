@@ -31,12 +31,12 @@ impl JobProgress {
         Ok(parse_stages(&json))
     }
 
-    /// The jobs queued or running on this scheduler. Ballista tells a job's
-    /// submitter its id with the job's first status change (a stage
-    /// ending), so a job still in its first stage is known only here; on
-    /// the `icemerge-scheduler` process every job is the coordinator
-    /// session's, which runs one statement at a time.
-    pub async fn live_jobs(&self) -> std::result::Result<Vec<String>, String> {
+    /// The jobs named `name` (a session's, `engine::job_name`) queued or
+    /// running on this scheduler. Ballista tells a job's submitter its id
+    /// with the job's first status change (a stage ending), so a job still
+    /// in its first stage is known only here; a session runs one statement
+    /// at a time.
+    pub async fn live_jobs(&self, name: &str) -> std::result::Result<Vec<String>, String> {
         let json = self.call(axum::http::Method::GET, "/api/jobs").await?;
         Ok(json
             .as_array()
@@ -44,6 +44,7 @@ impl JobProgress {
             .unwrap_or_default()
             .iter()
             .filter(|job| matches!(job["status"].as_str(), Some("Queued" | "Running")))
+            .filter(|job| job["job_name"].as_str() == Some(name))
             .filter_map(|job| job["job_id"].as_str().map(str::to_string))
             .collect())
     }

@@ -32,12 +32,14 @@ use icemerge_proto::limits::{
 };
 
 use super::auth::Auth;
+use super::client_sessions::ClientSessions;
 use super::flight_sql::serve_flight_sql;
 use super::ledger_service::LedgerScheduler;
 use super::live_page::{serve_live_page, LivePage};
 use super::metrics::{serve_metrics, MetricsEndpoint, SchedulerMetrics};
 use super::progress::JobProgress;
 use super::statement_log::StatementLog;
+use super::tls::TlsFiles;
 use crate::catalog::CatalogOptions;
 use crate::engine::{
     scheduler_session_builder, ExecutorLiveness, IcemergeLogicalCodec, SchedulerTarget, TaskLedger,
@@ -72,6 +74,8 @@ pub struct SchedulerProcessOptions {
     pub ui_port: Option<u16>,
     /// Port of the Prometheus `/metrics` endpoint (`metrics`); None: none.
     pub metrics_port: Option<u16>,
+    /// The Flight SQL port's TLS certificate and key; None: plain TCP.
+    pub tls: Option<TlsFiles>,
 }
 
 /// A running scheduler process.
@@ -164,6 +168,11 @@ pub fn check_bind(options: &SchedulerProcessOptions) -> Result<()> {
 pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler> {
     check_bind(&options)?;
     check_executor_timeout(&options)?;
+    let tls = options
+        .tls
+        .as_ref()
+        .map(TlsFiles::server_config)
+        .transpose()?;
     let target_partitions = options.target_partitions.unwrap_or_else(|| {
         let cores = std::thread::available_parallelism()
             .map(|n| n.get())
@@ -221,7 +230,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     let auth = Auth {
         token: options.token.clone(),
     };
-    let session = Arc::new(session);
+    let sessions = Arc::new(ClientSessions::new(Arc::new(session)));
     let log = StatementLog::new(metrics.clone());
     let (metrics, metrics_addr) = match options.metrics_port {
         Some(port) => {
@@ -244,7 +253,7 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
             let (listener, addr) = bind(options.bind_host, port, "live page").await?;
             let page = LivePage {
                 log: log.clone(),
-                session: session.clone(),
+                sessions: sessions.clone(),
                 progress: progress.clone(),
                 ledger: ledger.clone(),
                 auth: auth.clone(),
@@ -258,10 +267,11 @@ pub async fn start(options: SchedulerProcessOptions) -> Result<RunningScheduler>
     };
     let flight_sql = tokio::spawn(serve_flight_sql(
         flight_listener,
-        session,
+        sessions,
         auth,
         Some(progress),
         log,
+        tls,
     ));
     Ok(RunningScheduler {
         ballista_addr,
@@ -381,6 +391,7 @@ mod tests {
             memory_limit: None,
             ui_port: None,
             metrics_port: None,
+            tls: None,
         }
     }
 

@@ -143,7 +143,7 @@ mod tests {
             err.contains("CANCEL STATEMENT 7: this scheduler has no statement 7"),
             "{err}"
         );
-        let id = log.submit("SELECT 1");
+        let id = log.submit("SELECT 1", "test");
         log.start(id, 0);
         log.finish(id, StatementEnd::default());
         let err = run_command(StatementCommand::Cancel(id), &log)

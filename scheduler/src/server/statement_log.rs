@@ -42,6 +42,8 @@ impl StatementState {
 pub struct LoggedStatement {
     pub id: u64,
     pub sql: String,
+    /// The client that sent it (`client_sessions::client_of`).
+    pub client: String,
     #[serde(serialize_with = "kind_label")]
     pub kind: StatementKind,
     pub state: StatementState,
@@ -132,8 +134,8 @@ impl StatementLog {
         &self.metrics
     }
 
-    /// Records a statement sent by a client; returns its id.
-    pub fn submit(&self, sql: &str) -> u64 {
+    /// Records a statement sent by `client`; returns its id.
+    pub fn submit(&self, sql: &str, client: &str) -> u64 {
         let kind = StatementKind::of(sql);
         self.metrics.statement_submitted(kind);
         let mut inner = self.inner.lock().expect("statement log");
@@ -142,6 +144,7 @@ impl StatementLog {
         inner.statements.push_back(LoggedStatement {
             id,
             sql: sql.to_string(),
+            client: client.to_string(),
             kind,
             state: StatementState::Queued,
             submitted_ms: now_ms(),
@@ -269,8 +272,8 @@ mod tests {
     #[test]
     fn records_states_newest_first_and_keeps_the_last() {
         let log = StatementLog::default();
-        let a = log.submit("SELECT 1");
-        let b = log.submit("SELECT 2");
+        let a = log.submit("SELECT 1", "test");
+        let b = log.submit("SELECT 2", "test");
         assert_eq!(log.get(a).unwrap().state, StatementState::Queued);
         log.start(a, 0);
         assert_eq!(log.get(a).unwrap().state, StatementState::Running);
@@ -297,7 +300,7 @@ mod tests {
         assert_eq!(log.get(b).unwrap().error.as_deref(), Some("boom"));
         assert_eq!(log.get(a).unwrap().job.as_deref(), Some("job1"));
         for i in 0..KEPT {
-            log.submit(&format!("SELECT {i}"));
+            log.submit(&format!("SELECT {i}"), "test");
         }
         assert_eq!(log.list().len(), KEPT);
         assert!(log.get(a).is_none());
@@ -306,11 +309,11 @@ mod tests {
     #[test]
     fn live_statements_stay_and_can_be_asked_to_cancel() {
         let log = StatementLog::default();
-        let running = log.submit("MERGE INTO t USING s ON t.id = s.id");
+        let running = log.submit("MERGE INTO t USING s ON t.id = s.id", "test");
         log.start(running, 0);
         assert_eq!(log.get(running).unwrap().kind, StatementKind::Merge);
         for i in 0..KEPT + 5 {
-            let id = log.submit(&format!("SELECT {i}"));
+            let id = log.submit(&format!("SELECT {i}"), "test");
             log.start(id, 0);
             log.finish(id, StatementEnd::default());
         }

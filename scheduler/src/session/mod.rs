@@ -107,6 +107,9 @@ pub struct Session {
     control: JobControl,
     /// The memory budget statements run in, as an error names it.
     budget: String,
+    /// The configuration the session started with (before any SET): a
+    /// sibling session starts with it too.
+    base_config: SessionConfig,
 }
 
 impl Session {
@@ -127,8 +130,14 @@ impl Session {
             EngineKind::Local => (local_session_config(target_partitions), Engine::Local),
             EngineKind::Cluster => {
                 let config = session_config(target_partitions);
-                let cluster =
-                    InProcessCluster::start(config.clone(), executors, 2, runtime.clone()).await?;
+                let cluster = InProcessCluster::start(
+                    config.clone(),
+                    executors,
+                    2,
+                    runtime.clone(),
+                    options.catalog.s3.file_io_props(),
+                )
+                .await?;
                 (config, Engine::Cluster(Arc::new(cluster)))
             }
         };
@@ -174,6 +183,30 @@ impl Session {
         budget: String,
     ) -> Result<Self> {
         let catalog = open_catalog(&options.catalog).await?;
+        Self::on_catalog(catalog, config, engine, runtime, budget).await
+    }
+
+    /// A new session on this one's catalog, engine and memory budget, with
+    /// its own SET state, its own session tables (`CREATE EXTERNAL TABLE`)
+    /// and its own running statement: one per client of a scheduler.
+    pub async fn sibling(&self) -> Result<Self> {
+        Self::on_catalog(
+            self.catalog.clone(),
+            self.base_config.clone(),
+            self.engine.clone(),
+            self.ctx.runtime_env(),
+            self.budget.clone(),
+        )
+        .await
+    }
+
+    async fn on_catalog(
+        catalog: OpenCatalog,
+        config: SessionConfig,
+        engine: Engine,
+        runtime: Arc<RuntimeEnv>,
+        budget: String,
+    ) -> Result<Self> {
         // Unqualified names resolve in this catalog, whatever its name.
         let config = config.with_default_catalog_and_schema(&catalog.name, DEFAULT_NAMESPACE);
         let state = SessionStateBuilder::new()
@@ -213,6 +246,7 @@ impl Session {
             current_run: Mutex::new(None),
             plan_runs: AtomicU64::new(0),
             budget,
+            base_config: config,
         })
     }
 
@@ -224,6 +258,17 @@ impl Session {
     /// The Iceberg catalog.
     pub fn catalog(&self) -> Arc<dyn Catalog> {
         self.catalog.catalog.clone()
+    }
+
+    /// The catalog's name (unqualified names resolve in it).
+    pub fn catalog_name(&self) -> &str {
+        &self.catalog.name
+    }
+
+    /// The catalog as DataFusion sees it: its schemas (namespaces) and
+    /// tables.
+    pub fn catalog_provider(&self) -> &Arc<IcebergCatalogProvider> {
+        &self.provider
     }
 
     /// The in-process cluster, when the engine is `cluster`.
@@ -293,6 +338,11 @@ impl Session {
             }
             None => Ok(None),
         }
+    }
+
+    /// The name of this session's Ballista jobs.
+    pub fn job_name(&self) -> String {
+        crate::engine::job_name(&self.ctx.session_id())
     }
 
     /// The Ballista job the executing statement is running now, if any.

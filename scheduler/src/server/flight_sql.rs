@@ -57,7 +57,6 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightServiceServer;
 use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
-use arrow_flight::sql::server::PeekableFlightDataStream as ValuesStream;
 use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
@@ -450,7 +449,7 @@ fn metadata_info(
 
 /// The parameter values a `DoPut` carries: its record batches as one
 /// (`None` when it sends no rows).
-async fn parameter_values(stream: ValuesStream) -> Result<Option<RecordBatch>, Status> {
+async fn parameter_values(stream: PeekableFlightDataStream) -> Result<Option<RecordBatch>, Status> {
     let batches: Vec<RecordBatch> =
         FlightRecordBatchStream::new_from_flight_data(stream.map_err(FlightError::from))
             .try_collect()

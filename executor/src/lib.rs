@@ -2,6 +2,8 @@
 //! codec, Iceberg file access, and the `icemerge-executor` process.
 //!
 //! - `scan_exec`: `IcebergScanExec`, also MERGE's target scan with row ids;
+//! - `counted_rows`: the rows of data files a scan needs no column of,
+//!   counted from record counts and position deletes instead of read;
 //! - `write_exec`: `IcebergWriteExec` (INSERT) and the table file writer;
 //! - `write_order`: the table's write order, applied and recorded by writers;
 //! - `checked_arithmetic`, `checked_constants`: `+`, `-`, `*` that fail on
@@ -13,10 +15,14 @@
 //! - `deletes`: position and equality delete files, read and matched where
 //!   positions must be kept;
 //! - `live_rows`: one data file's live rows with their original positions;
+//! - `row_groups`: the row groups of a data file a predicate can match,
+//!   judged from the footer's statistics, read as runs of known positions;
 //! - `stage_probe`: `StageProbeExec`, the top of a stage, measuring it;
 //! - `task_figures`: a Ballista task's shuffle output and times;
 //! - `codec`: `IcemergePhysicalCodec`, how these operators cross the wire;
 //! - `file_io`: warehouse access from shipped FileIO properties;
+//! - `filter_pushdown`: DataFusion filters as Iceberg predicates (pushed
+//!   filters, a MERGE's source keys);
 //! - `cleanup`: removal of uncommitted files;
 //! - `process`: the executor process.
 
@@ -25,13 +31,16 @@ pub mod checked_constants;
 pub mod checked_sum;
 pub mod cleanup;
 pub mod codec;
+pub mod counted_rows;
 pub mod deletes;
 pub mod file_io;
+pub mod filter_pushdown;
 pub mod insert_route;
 pub mod live_rows;
 pub mod merge_on_read;
 pub mod merge_writer;
 pub mod process;
+pub mod row_groups;
 pub mod scan_exec;
 pub mod shuffle_inputs;
 pub mod stage_probe;

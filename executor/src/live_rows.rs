@@ -2,17 +2,20 @@
 //! position in the file (0-based, as Iceberg position deletes count): the
 //! read MERGE's row-id scan and the copy-on-write rewrite share.
 //!
-//! iceberg's Arrow reader reads the file whole (no row-group or row
-//! filtering, so positions are counted exactly) with the delete files taken
-//! off its task; the deletes (`crate::deletes`) are applied here, after
-//! positions are known. Columns compared by equality deletes are read too
-//! and dropped again.
+//! iceberg's Arrow reader reads the file whole, or the runs of row groups
+//! `crate::row_groups` kept (each run a byte range whose first row's
+//! position is known), with no row filtering, so positions are counted
+//! exactly; the delete files are taken off its task and applied here
+//! (`crate::deletes`), after positions are known. Columns compared by
+//! equality deletes are read too and dropped again.
+
+use std::sync::Arc;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::compute::filter;
 use datafusion::error::Result;
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::ArrowReaderBuilder;
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTask;
@@ -22,6 +25,7 @@ use datafusion::physical_plan::metrics::Count;
 
 use crate::deletes::DataFileDeletes;
 use crate::iceberg_err;
+use crate::row_groups::RowGroupSelection;
 use crate::scan_exec::StorageBytes;
 
 /// A batch of live rows and their positions in the data file.
@@ -38,8 +42,66 @@ pub struct LiveBatch {
 /// from storage are added to `bytes`.
 pub fn read_live_rows(
     file_io: FileIO,
-    mut task: FileScanTask,
+    task: FileScanTask,
     deletes: DataFileDeletes,
+    batch_size: usize,
+    bytes: Count,
+) -> Result<BoxStream<'static, Result<LiveBatch>>> {
+    read_live_rows_in(
+        file_io,
+        task,
+        deletes,
+        batch_size,
+        bytes,
+        RowGroupSelection::All,
+    )
+}
+
+/// The live rows of the row groups `selection` names (see
+/// [`read_live_rows`]), each with its position in the whole file.
+pub fn read_live_rows_in(
+    file_io: FileIO,
+    task: FileScanTask,
+    deletes: DataFileDeletes,
+    batch_size: usize,
+    bytes: Count,
+    selection: RowGroupSelection,
+) -> Result<BoxStream<'static, Result<LiveBatch>>> {
+    let runs = match selection {
+        RowGroupSelection::All => vec![(task.start, task.length, 0)],
+        RowGroupSelection::Runs { runs, .. } => runs
+            .into_iter()
+            .map(|r| (r.start, r.length, r.first_row))
+            .collect(),
+    };
+    let deletes = Arc::new(deletes);
+    // Each run's reader starts when the run before it has ended.
+    Ok(futures::stream::iter(runs)
+        .map(move |(start, length, first_row)| {
+            let mut task = task.clone();
+            task.start = start;
+            task.length = length;
+            read_run(
+                file_io.clone(),
+                task,
+                deletes.clone(),
+                first_row,
+                batch_size,
+                bytes.clone(),
+            )
+        })
+        .try_flatten()
+        .boxed())
+}
+
+/// The live rows of the byte range `task.start..task.start + task.length`
+/// (the whole file when both are those of the whole file), whose first row
+/// is at position `first_row` of the file.
+fn read_run(
+    file_io: FileIO,
+    mut task: FileScanTask,
+    deletes: Arc<DataFileDeletes>,
+    first_row: i64,
     batch_size: usize,
     bytes: Count,
 ) -> Result<BoxStream<'static, Result<LiveBatch>>> {
@@ -74,7 +136,7 @@ pub fn read_live_rows(
         .map_err(iceberg_err)?;
     let mut io = StorageBytes::new(result.metrics().clone(), bytes);
     let batches = result.stream();
-    let mut start: i64 = 0;
+    let mut start: i64 = first_row;
     let keep: Vec<usize> = (0..projected).collect();
     Ok(batches
         .map(move |batch| {

@@ -26,16 +26,22 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 use iceberg::arrow::{ArrowReaderBuilder, ScanMetrics};
-use iceberg::expr::Predicate;
+use iceberg::expr::{BoundPredicate, Predicate};
 use iceberg::scan::FileScanTask;
 use iceberg::Runtime;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
+use crate::counted_rows::{countable, empty_rows, live_row_count};
 use crate::deletes::{refuse_deletion_vector, DeleteLoader};
 use crate::file_io::{file_io_from_props, StorageProps};
 use crate::iceberg_err;
-use crate::live_rows::read_live_rows;
+use crate::live_rows::read_live_rows_in;
+use crate::row_groups::{select_row_groups, RowGroupSelection};
 use icemerge_proto::error::{internal, invalid_input};
+
+/// Files of one task counted at once, each reading its position delete
+/// files (`counted_rows`).
+const COUNT_CONCURRENCY: usize = 8;
 
 /// Reads groups of Iceberg data files; one group per output partition.
 #[derive(Debug, Clone)]
@@ -254,7 +260,13 @@ impl ExecutionPlan for IcebergScanExec {
         // not the files' sizes.
         let bytes = MetricBuilder::new(&self.metrics).counter("bytes_scanned", partition);
         let rows = MetricBuilder::new(&self.metrics).output_rows(partition);
-        files.add(tasks.len());
+        // A row-id scan counts the files it reads (not those whose every
+        // row group its predicate rules out); other scans every file.
+        let row_groups_pruned =
+            MetricBuilder::new(&self.metrics).counter("row_groups_pruned", partition);
+        if !self.row_ids {
+            files.add(tasks.len());
+        }
 
         let schema = self.schema.clone();
         let file_io = file_io_from_props(&self.file_io_props);
@@ -274,9 +286,11 @@ impl ExecutionPlan for IcebergScanExec {
             vec![tasks]
         };
         let out_schema = schema.clone();
-        // Row-id mode: one loader per task reads each delete file once.
+        // One loader per task reads each delete file once: in row-id mode,
+        // and for files counted rather than read (no column wanted).
+        let counts = !row_ids && units.iter().flatten().any(countable);
         let loader = match units.iter().flatten().next() {
-            Some(first) if row_ids => Some(Arc::new(DeleteLoader::new(
+            Some(first) if row_ids || counts => Some(Arc::new(DeleteLoader::new(
                 &self.table,
                 file_io.clone(),
                 first.schema.clone(),
@@ -290,8 +304,11 @@ impl ExecutionPlan for IcebergScanExec {
             batch_size,
             data_schema,
             out_schema,
+            row_ids,
             deletes: loader,
             bytes,
+            files,
+            row_groups_pruned,
         };
         let stream = futures::stream::iter(units)
             .map(move |unit| read_unit(unit, context.clone()))
@@ -343,10 +360,17 @@ struct UnitContext {
     data_schema: SchemaRef,
     /// The scan's output schema.
     out_schema: SchemaRef,
-    /// Row-id mode: the task's delete files, each read once.
+    /// Adds `_file` / `_pos`: each unit is one file read by `live_rows`.
+    row_ids: bool,
+    /// The task's delete files, each read once: in row-id mode and when
+    /// some file is counted, not read (`counted_rows`).
     deletes: Option<Arc<DeleteLoader>>,
     /// `bytes_scanned`: bytes read from storage.
     bytes: Count,
+    /// `files_scanned` (row-id mode: files read).
+    files: Count,
+    /// `row_groups_pruned` (row-id mode): row groups not read.
+    row_groups_pruned: Count,
 }
 
 /// Reads one unit of files: a stream of batches in the scan's schema. In
@@ -363,30 +387,58 @@ async fn read_unit(
         batch_size,
         data_schema,
         out_schema,
+        row_ids,
         deletes,
         bytes,
+        files,
+        row_groups_pruned,
     } = context;
     for task in &unit {
         for delete in &task.deletes {
             refuse_deletion_vector(&table, &task.data_file_path, &delete.file_path)?;
         }
     }
-    if let Some(loader) = deletes {
+    if let (true, Some(loader)) = (row_ids, &deletes) {
         let [task] = <[FileScanTask; 1]>::try_from(unit)
             .map_err(|_| internal("a row-id scan reads one file at a time"))?;
+        let counters = RowIdCounters {
+            bytes,
+            files,
+            row_groups_pruned,
+        };
         return read_with_row_ids(
             task,
             file_io,
             batch_size,
             data_schema,
             out_schema,
-            &loader,
-            bytes,
+            loader,
+            counters,
         )
         .await;
     }
-    // No column asked for (e.g. `count(*)`): iceberg's reader would read
-    // every column, so each task reads its cheapest one, dropped again.
+    // No column asked for (e.g. `count(*)`): files whose live rows follow
+    // from their record count and position deletes are counted, not read.
+    let (counted, unit): (Vec<FileScanTask>, Vec<FileScanTask>) =
+        unit.into_iter().partition(countable);
+    let mut rows = 0;
+    if let Some(loader) = &deletes {
+        // Several position delete files in flight at once.
+        let counts = counted.into_iter().map(|task| {
+            let loader = loader.clone();
+            async move { live_row_count(&task, &loader).await }
+        });
+        let mut counts = futures::stream::iter(counts).buffer_unordered(COUNT_CONCURRENCY);
+        while let Some(n) = counts.try_next().await? {
+            rows += n;
+        }
+    }
+    let counted = empty_rows(rows, batch_size);
+    if unit.is_empty() {
+        return Ok(counted);
+    }
+    // The others (equality deletes): iceberg's reader would read every
+    // column, so each task reads its cheapest one, dropped again.
     let mut unit = unit;
     let mut placeholder = false;
     for task in &mut unit {
@@ -408,18 +460,17 @@ async fn read_unit(
     let result = reader.read(task_stream).map_err(iceberg_err)?;
     let mut io = StorageBytes::new(result.metrics().clone(), bytes);
     let batches = result.stream();
-    Ok(batches
-        .map(move |batch| {
-            io.update();
-            let batch = batch.map_err(iceberg_err)?;
-            let batch = if placeholder {
-                batch.project(&[])?
-            } else {
-                batch
-            };
-            conform(&data_schema, batch)
-        })
-        .boxed())
+    let read = batches.map(move |batch| {
+        io.update();
+        let batch = batch.map_err(iceberg_err)?;
+        let batch = if placeholder {
+            batch.project(&[])?
+        } else {
+            batch
+        };
+        conform(&data_schema, batch)
+    });
+    Ok(counted.chain(read).boxed())
 }
 
 /// Adds what an iceberg reader has read from storage to a scan's counter:
@@ -478,6 +529,13 @@ pub(crate) fn cheapest_column(schema: &iceberg::spec::Schema) -> Option<i32> {
         .map(|(_, id)| id)
 }
 
+/// The counters a row-id read adds to.
+struct RowIdCounters {
+    bytes: Count,
+    files: Count,
+    row_groups_pruned: Count,
+}
+
 /// One file's live rows with `_file` and their original `_pos`.
 async fn read_with_row_ids(
     task: FileScanTask,
@@ -486,11 +544,34 @@ async fn read_with_row_ids(
     data_schema: SchemaRef,
     out_schema: SchemaRef,
     loader: &DeleteLoader,
-    bytes: Count,
+    counters: RowIdCounters,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
+    let RowIdCounters {
+        bytes,
+        files,
+        row_groups_pruned,
+    } = counters;
     let path = task.data_file_path.clone();
+    // Row groups whose statistics rule out the scan's predicate are not
+    // read (the positions of the others stay those of the whole file).
+    let predicates: Vec<&BoundPredicate> = task.predicate.iter().collect();
+    let selection = select_row_groups(
+        &file_io,
+        &path,
+        task.file_size_in_bytes,
+        &predicates,
+        &bytes,
+    )
+    .await?;
+    if let RowGroupSelection::Runs { runs, pruned } = &selection {
+        row_groups_pruned.add(*pruned);
+        if runs.is_empty() {
+            return Ok(futures::stream::empty().boxed());
+        }
+    }
+    files.add(1);
     let deletes = loader.for_file(&path, &task.deletes).await?;
-    let batches = read_live_rows(file_io, task, deletes, batch_size, bytes)?;
+    let batches = read_live_rows_in(file_io, task, deletes, batch_size, bytes, selection)?;
     Ok(batches
         .map(move |live| {
             let live = live?;

@@ -153,6 +153,12 @@ impl DataFileDeletes {
         self.positions.is_empty() && self.equality.is_empty()
     }
 
+    /// How many distinct positions below `rows` are deleted by position
+    /// (positions a data file of `rows` rows does not have are not counted).
+    pub fn positions_below(&self, rows: i64) -> usize {
+        self.positions.partition_point(|&p| p < rows)
+    }
+
     /// The field ids whose values equality deletes compare.
     pub fn equality_field_ids(&self) -> Vec<i32> {
         let mut ids: Vec<i32> = self

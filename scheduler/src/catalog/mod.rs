@@ -4,13 +4,12 @@
 //! tables (`provider`), an Iceberg table as a DataFusion table pinned to one
 //! snapshot (`table`; `snapshot_schema` when the snapshot was written with
 //! an earlier schema than the one it is read with), a snapshot's manifests read a few at a time
-//! (`manifests`), pushed filters as Iceberg predicates
-//! (`filter_pushdown`), the system tables (`system_tables`: `$snapshots`,
+//! (`manifests`) (pushed filters become Iceberg predicates in
+//! `icemerge_executor::filter_pushdown`), the system tables (`system_tables`: `$snapshots`,
 //! `$files`; `history_tables`: `$history`, `$refs`, `$manifests`) and files
 //! outside the catalog as table sources (`table_functions`: `read_parquet`,
 //! `read_csv`).
 
-pub mod filter_pushdown;
 pub mod history_tables;
 pub mod manifests;
 pub mod open;

@@ -29,7 +29,7 @@ use icemerge_executor::write_order::sort_for_write;
 
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
-use super::filter_pushdown::to_iceberg_predicate;
+use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_proto::error::{internal, invalid_input, not_found, unsupported};
 
 /// One Iceberg table at one snapshot.

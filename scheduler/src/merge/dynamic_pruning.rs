@@ -31,8 +31,8 @@ use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
-use crate::catalog::filter_pushdown::to_iceberg_predicate;
 use crate::catalog::IcebergTableProvider;
+use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_proto::error::internal;
 
 /// At most this many distinct source values of a key are listed one by one;

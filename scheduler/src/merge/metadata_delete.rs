@@ -18,8 +18,8 @@ use icemerge_executor::iceberg_err;
 use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_proto::error::io_error;
 
-use crate::catalog::filter_pushdown::to_exact_iceberg_predicate;
 use crate::catalog::manifests::load_manifests;
+use icemerge_executor::filter_pushdown::to_exact_iceberg_predicate;
 
 /// The data files a metadata-only DELETE drops: path and record count.
 #[derive(Debug, Clone, Default)]

@@ -33,10 +33,10 @@ use icemerge_executor::write_order::{ordering_of, sort_for_write};
 use icemerge_planner::procedures::RewriteStrategy;
 use icemerge_proto::error::{internal, invalid_input, unsupported};
 
-use crate::catalog::filter_pushdown::to_iceberg_predicate;
 use crate::catalog::{IcebergTableProvider, OpenCatalog};
 use crate::commit::{data_files_from_batches, discard_write};
 use crate::merge::with_target_provider;
+use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 
 use super::alter_sort_order::sort_order_of;
 use super::commit_pause::pause_before_commit;

@@ -6,6 +6,8 @@
 //!   counted from record counts and position deletes instead of read;
 //! - `write_exec`: `IcebergWriteExec` (INSERT) and the table file writer;
 //! - `write_order`: the table's write order, applied and recorded by writers;
+//! - `parquet_properties`: the Parquet settings of data files from the
+//!   table's `write.parquet.*` properties;
 //! - `checked_arithmetic`, `checked_constants`: `+`, `-`, `*` that fail on
 //!   overflow (a physical rule; an analyzer rule for constants);
 //! - `checked_sum`: `sum` of BIGINT that fails on overflow;
@@ -39,6 +41,7 @@ pub mod insert_route;
 pub mod live_rows;
 pub mod merge_on_read;
 pub mod merge_writer;
+pub mod parquet_properties;
 pub mod process;
 pub mod row_groups;
 pub mod scan_exec;

@@ -264,6 +264,9 @@ impl ExecutionPlan for IcebergScanExec {
         // row group its predicate rules out); other scans every file.
         let row_groups_pruned =
             MetricBuilder::new(&self.metrics).counter("row_groups_pruned", partition);
+        // Files a row-id scan did not read at all (beside `self.files_pruned`,
+        // those pruned at plan time).
+        let files_pruned = MetricBuilder::new(&self.metrics).counter("files_pruned", partition);
         if !self.row_ids {
             files.add(tasks.len());
         }
@@ -309,6 +312,7 @@ impl ExecutionPlan for IcebergScanExec {
             bytes,
             files,
             row_groups_pruned,
+            files_pruned,
         };
         let stream = futures::stream::iter(units)
             .map(move |unit| read_unit(unit, context.clone()))
@@ -371,6 +375,8 @@ struct UnitContext {
     files: Count,
     /// `row_groups_pruned` (row-id mode): row groups not read.
     row_groups_pruned: Count,
+    /// `files_pruned` (row-id mode): files none of whose row groups is read.
+    files_pruned: Count,
 }
 
 /// Reads one unit of files: a stream of batches in the scan's schema. In
@@ -392,6 +398,7 @@ async fn read_unit(
         bytes,
         files,
         row_groups_pruned,
+        files_pruned,
     } = context;
     for task in &unit {
         for delete in &task.deletes {
@@ -405,6 +412,7 @@ async fn read_unit(
             bytes,
             files,
             row_groups_pruned,
+            files_pruned,
         };
         return read_with_row_ids(
             task,
@@ -534,6 +542,7 @@ struct RowIdCounters {
     bytes: Count,
     files: Count,
     row_groups_pruned: Count,
+    files_pruned: Count,
 }
 
 /// One file's live rows with `_file` and their original `_pos`.
@@ -550,6 +559,7 @@ async fn read_with_row_ids(
         bytes,
         files,
         row_groups_pruned,
+        files_pruned,
     } = counters;
     let path = task.data_file_path.clone();
     // Row groups whose statistics rule out the scan's predicate are not
@@ -566,6 +576,7 @@ async fn read_with_row_ids(
     if let RowGroupSelection::Runs { runs, pruned } = &selection {
         row_groups_pruned.add(*pruned);
         if runs.is_empty() {
+            files_pruned.add(1);
             return Ok(futures::stream::empty().boxed());
         }
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock};
 
 use arrow::array::{ArrayRef, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{Distribution, EquivalenceProperties, OrderingRequirements};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -37,11 +37,10 @@ use iceberg::writer::file_writer::ParquetWriterBuilder;
 use iceberg::writer::partitioning::fanout_writer::FanoutWriter;
 use iceberg::writer::partitioning::PartitioningWriter;
 use iceberg::writer::{IcebergWriter, IcebergWriterBuilder};
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use crate::file_io::{file_io_from_props, StorageProps};
 use crate::iceberg_err;
+use crate::parquet_properties::data_file_properties;
 use crate::write_order::{sorted_input_order_id, with_sort_order_id, write_ordering};
 use icemerge_proto::error::internal;
 
@@ -221,9 +220,6 @@ impl ExecutionPlan for IcebergWriteExec {
     }
 }
 
-/// Largest dictionary page of a column chunk before plain encoding.
-const DICTIONARY_PAGE_LIMIT: usize = 64 * 1024;
-
 type DataWriterBuilder =
     DataFileWriterBuilder<ParquetWriterBuilder, DefaultLocationGenerator, DefaultFileNameGenerator>;
 
@@ -252,16 +248,10 @@ impl TableFileWriter {
             .table_properties()
             .map(|p| p.write_target_file_size_bytes)
             .map_err(iceberg_err)?;
-        // A column whose dictionary outgrows 64 KiB in a row group falls
-        // back to plain encoding early: high-cardinality columns (keys,
-        // amounts) then skip most of the dictionary hashing, which dominated
-        // rewrites, while low-cardinality columns keep their dictionaries.
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(
-                ZstdLevel::try_new(1).map_err(DataFusionError::from)?,
-            ))
-            .set_dictionary_page_size_limit(DICTIONARY_PAGE_LIMIT)
-            .build();
+        // The table's `write.parquet.*` settings (dictionary pages capped
+        // at 64 KiB unless it sets them: see `parquet_properties`).
+        let table = metadata.location().to_string();
+        let props = data_file_properties(&table, metadata.properties())?;
         let parquet = ParquetWriterBuilder::new(props, schema.clone());
         let rolling = RollingFileWriterBuilder::new(
             parquet,

@@ -4,13 +4,15 @@
 //! many), ON conjuncts on the target alone prune it statically, NOT MATCHED
 //! BY SOURCE turns pruning off, an insert-only merge rewrites nothing and
 //! appends one file, and a file whose rows are all deleted is dropped unread.
+//! Inside a file, the row-id scan reads only the row groups whose statistics
+//! the keys (or an UPDATE's WHERE) can match.
 //! Figures are read from EXPLAIN ANALYZE MERGE and the merge's result row.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use icemerge_scheduler::{EngineKind, Session};
-use icemerge_tests::{open_session, query, ENGINES};
+use icemerge_tests::{open_session, parquet_files, query, ENGINES};
 
 const FILES: usize = 40;
 
@@ -45,15 +47,16 @@ async fn file_count(session: &Session) -> u64 {
 }
 
 /// Runs `EXPLAIN ANALYZE <merge>` and returns its text and the figures of
-/// its `Merge:` line.
+/// its `Merge:` (or `Update:`, `Delete:`) line.
 async fn analyze(session: &Session, merge: &str) -> (String, BTreeMap<String, u64>) {
     let rows = query(session, &format!("EXPLAIN ANALYZE {merge}")).await;
     let text: String = rows.iter().map(|r| r.join(" ") + "\n").collect();
+    // `Merge: count=...` (`Update: ...` for an UPDATE).
     let line = text
         .lines()
-        .find(|l| l.starts_with("Merge: "))
+        .find(|l| l.contains(": count="))
         .unwrap_or_else(|| panic!("no Merge line in:\n{text}"));
-    let figures = line["Merge: ".len()..]
+    let figures = line[line.find(": ").expect("a colon") + 2..]
         .split(", ")
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.trim_end_matches("ms").parse().unwrap()))
@@ -233,6 +236,76 @@ async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
             file_count(&session).await,
             FILES as u64,
             "{engine:?}: one file added by the insert, one dropped by the delete"
+        );
+    }
+}
+
+/// Row groups of the Parquet file at `path`.
+fn row_groups(path: &Path) -> usize {
+    let file = std::fs::File::open(path).unwrap();
+    parquet::file::reader::SerializedFileReader::new(file)
+        .map(|r| parquet::file::reader::FileReader::metadata(&r).num_row_groups())
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn row_groups_the_keys_cannot_match_are_not_read() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // One data file of 20,000 sorted ids in row groups of 1,000
+            // (`write.parquet.row-group-limit`).
+            let setup = open_session(dir.path(), EngineKind::Local).await;
+            setup
+                .execute(
+                    "SET datafusion.execution.target_partitions = 1;
+                     CREATE SCHEMA db;
+                     CREATE TABLE db.rg (id BIGINT, v BIGINT)
+                       TBLPROPERTIES ('write.parquet.row-group-limit' = '1000');
+                     INSERT INTO db.rg SELECT value, 0 FROM generate_series(0, 19999)",
+                )
+                .await
+                .unwrap();
+        }
+        let files = parquet_files(dir.path());
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(row_groups(files.iter().next().unwrap()), 20);
+        let session = open_session(dir.path(), engine).await;
+
+        // Keys in row groups 5 and 17: the other 18 are not read.
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.rg AS t USING (VALUES (5005), (5010), (17001)) AS s(id) ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = 1",
+        )
+        .await;
+        assert_eq!(figure(&f, "updated"), 3, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "row_groups_pruned"), 18, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "files_scanned"), 1, "{engine:?}:\n{text}");
+        // The rewrite kept the row-group limit: 20 row groups again.
+        let files = parquet_files(dir.path());
+        let rewritten = files.iter().filter(|p| row_groups(p) == 20).count();
+        assert_eq!(rewritten, 2, "the original file and its rewrite: {files:?}");
+
+        // An UPDATE's WHERE prunes the same way (row group 3 only).
+        let (text, f) = analyze(
+            &session,
+            "UPDATE db.rg SET v = v + 10 WHERE id BETWEEN 3000 AND 3999",
+        )
+        .await;
+        assert_eq!(figure(&f, "updated"), 1000, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "row_groups_pruned"), 19, "{engine:?}:\n{text}");
+
+        // Positions stayed exact: the right rows changed, nothing else.
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), sum(v), min(id) FILTER (WHERE v = 1), \
+                 max(id) FILTER (WHERE v = 1), min(id) FILTER (WHERE v = 10) FROM db.rg"
+            )
+            .await,
+            vec![vec!["20000", "10003", "5005", "17001", "3000"]],
+            "{engine:?}"
         );
     }
 }

@@ -9,16 +9,15 @@
 use std::sync::{Arc, LazyLock};
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
-use datafusion::error::{DataFusionError, Result};
+use datafusion::error::Result;
 use iceberg::arrow::schema_to_arrow_schema;
 use iceberg::io::FileIO;
 use iceberg::metadata_columns::{delete_file_path_field, delete_file_pos_field};
 use iceberg::spec::{DataContentType, DataFile, Schema};
 use iceberg::writer::file_writer::{FileWriter, FileWriterBuilder, ParquetWriterBuilder};
-use parquet::basic::{Compression, ZstdLevel};
-use parquet::file::properties::WriterProperties;
 
 use crate::iceberg_err;
+use crate::parquet_properties::delete_file_properties;
 use icemerge_proto::error::internal;
 
 /// Rows per written batch.
@@ -50,11 +49,16 @@ pub(super) struct PositionDeleteWriter {
 impl PositionDeleteWriter {
     /// A writer of files in directory `location` named with `prefix` (unique
     /// per task attempt).
-    pub fn try_new(file_io: FileIO, location: String, prefix: String) -> Result<Self> {
-        let props = WriterProperties::builder()
-            .set_compression(Compression::ZSTD(
-                ZstdLevel::try_new(1).map_err(DataFusionError::from)?,
-            ))
+    /// The table's `write.parquet.*` / `write.delete.parquet.*` settings
+    /// apply (`properties`).
+    pub fn try_new(
+        file_io: FileIO,
+        location: String,
+        prefix: String,
+        properties: &std::collections::HashMap<String, String>,
+    ) -> Result<Self> {
+        let props = delete_file_properties(&location, properties)?
+            .into_builder()
             // Exact file_path bounds: readers match them against data files.
             .set_statistics_truncate_length(None)
             .set_column_index_truncate_length(None)

@@ -49,7 +49,12 @@ impl PartitionSink {
         let writer = TableFileWriter::try_new(&metadata, file_io.clone(), prefix.clone()).await?;
         let reader = MergeRowReader::new(writer.arrow_schema());
         let location = crate::cleanup::data_location(&metadata);
-        let deletes = PositionDeleteWriter::try_new(file_io.clone(), location, prefix)?;
+        let deletes = PositionDeleteWriter::try_new(
+            file_io.clone(),
+            location,
+            prefix,
+            metadata.properties(),
+        )?;
         Ok(Self {
             metadata,
             writer,

@@ -221,10 +221,11 @@ impl IcebergTableProvider {
             .await
             .map_err(iceberg_err)?
             .map_ok(move |mut task| {
-                if row_ids || prunes_only || !filter_rows {
-                    // The predicate only prunes files: every row keeps its
-                    // position, dynamic pruning never filters rows, and a
-                    // promoted column is filtered by the engine above.
+                if !row_ids && (prunes_only || !filter_rows) {
+                    // Dynamic pruning never filters rows, and a promoted
+                    // column is filtered by the engine above. A row-id scan
+                    // keeps the predicate to skip row groups with; it never
+                    // filters rows by it (every row keeps its position).
                     task.predicate = None;
                 }
                 // Partition structs do not serialize; the reader does not need them

@@ -17,6 +17,7 @@ use datafusion::sql::sqlparser::ast::ObjectName;
 use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use icemerge_executor::iceberg_err;
+use icemerge_executor::parquet_properties::check_parquet_properties;
 use icemerge_planner::alter_table::{AlterTable, TableChange, WriteOrder};
 use icemerge_planner::merge::ident_value;
 use icemerge_planner::write_mode::validate_modes;
@@ -98,6 +99,7 @@ impl Session {
         })?;
         check_isolation_properties(&properties, &ident.to_string())?;
         validate_modes(&ident.to_string(), &properties, version)?;
+        check_parquet_properties(&ident.to_string(), &properties)?;
         let transaction = action
             .apply(Transaction::new(&table))
             .map_err(iceberg_err)?;

@@ -15,6 +15,7 @@ use iceberg::arrow::arrow_schema_to_schema_auto_assign_ids;
 use iceberg::spec::{FormatVersion, TableProperties};
 use iceberg::{NamespaceIdent, TableCreation};
 use icemerge_executor::iceberg_err;
+use icemerge_executor::parquet_properties::check_parquet_properties;
 use icemerge_planner::ddl::{self, CreateTable};
 use icemerge_planner::write_mode::validate_modes;
 
@@ -160,6 +161,7 @@ impl Session {
         })?;
         check_isolation_properties(&properties, &ident.to_string())?;
         validate_modes(&ident.to_string(), &properties, format_version)?;
+        check_parquet_properties(&ident.to_string(), &properties)?;
         let creation = TableCreation::builder()
             .name(ident.name().to_string())
             .schema(schema)

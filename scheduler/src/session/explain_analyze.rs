@@ -116,13 +116,14 @@ pub(super) fn merge_line(
         first.make_ascii_uppercase();
     }
     format!(
-        "{statement}: count={count}, updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
+        "{statement}: count={count}, updated={}, deleted={}, inserted={}, copied={}, files_scanned={}, files_pruned={}, row_groups_pruned={}, files_rewritten={}, files_removed={}, files_added={}, delete_files_added={}, bytes_read={}, bytes_written={}, commit_attempts={}, reexecutions={}, wall={}ms",
         outcome.stat("rows_updated"),
         outcome.stat("rows_deleted"),
         outcome.stat("rows_inserted"),
         outcome.stat("rows_copied"),
         metrics.get("files_scanned"),
         files_pruned,
+        metrics.get("row_groups_pruned"),
         metrics.get("files_rewritten"),
         outcome.stat("files_removed"),
         outcome.stat("files_added"),

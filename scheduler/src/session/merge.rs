@@ -123,13 +123,15 @@ impl Session {
         let committed: Vec<_> = outcome.added.iter().chain(&outcome.added_deletes).collect();
         discard_uncommitted(&planned, &committed);
         let files_scanned = self.last_metrics().get("files_scanned") as u64;
+        // Pruned when planned, and by the row-id scan as it ran.
+        let files_pruned = planned.files_pruned + self.last_metrics().get("files_pruned") as u64;
         let row = StatementOutput::merge(&outcome, files_scanned);
         let document = self.last_run().map(|run| {
             analyzed_merge(
                 run,
                 &row,
                 &self.last_metrics(),
-                planned.files_pruned,
+                files_pruned,
                 (started, planned_at),
                 &commit,
             )
@@ -139,12 +141,7 @@ impl Session {
         }
         match (explain, document) {
             (Some(mode), Some(document)) => {
-                let line = merge_line(
-                    &outcome,
-                    &self.last_metrics(),
-                    planned.files_pruned,
-                    &document,
-                );
+                let line = merge_line(&outcome, &self.last_metrics(), files_pruned, &document);
                 Ok(render_explain(&document, mode.format, &line))
             }
             _ => Ok(row),

@@ -234,6 +234,105 @@ fn adbc_lists_the_catalog_and_runs_prepared_statements() {
         ]),
         "{result}"
     );
+    // Preparing describes: parameters typed by the columns they meet, a
+    // query's result schema, a MERGE's parameters counted but untyped;
+    // describing an INSERT does not run it.
+    assert_eq!(
+        result["described_query_parameters"],
+        serde_json::json!([["$1", "decimal128(10, 2)"], ["$2", "string"]]),
+        "{result}"
+    );
+    assert_eq!(
+        result["described_query_rows"],
+        serde_json::json!([["id", "int64"], ["doubled", "decimal128(31, 2)"]]),
+        "{result}"
+    );
+    assert_eq!(
+        result["ran_query_rows"], result["described_query_rows"],
+        "the rows' schema as run and as described"
+    );
+    assert_eq!(
+        result["described_insert_parameters"],
+        serde_json::json!([["$1", "int32"], ["$2", "int64"]]),
+        "{result}"
+    );
+    assert_eq!(
+        result["described_merge_parameters"],
+        serde_json::json!([["$1", "null"]]),
+        "{result}"
+    );
+    assert_eq!(
+        result["order_lines_after_describe"],
+        serde_json::json!([{"n": 0}]),
+        "{result}"
+    );
+}
+
+/// A query's rows are not gathered on the coordinator: `GetFlightInfo`
+/// answers once the job has ended, with an unknown row count, and `DoGet`
+/// fetches the rows from the executors as the client reads them. Read in
+/// full they are exact; once the executors are gone, the rows past the
+/// first batch cannot be read, and the error says where they were.
+#[test]
+fn a_query_streams_its_rows_from_the_executors() {
+    use futures::StreamExt;
+    let mut cluster = Cluster::start(2, Some("stream-token"));
+    cluster.sql(
+        Some("stream-token"),
+        "CREATE SCHEMA s; CREATE TABLE s.t (id BIGINT, v STRING); \
+         INSERT INTO s.t SELECT value, repeat('x', 100) FROM generate_series(1, 100000); \
+         INSERT INTO s.t SELECT value, repeat('y', 100) FROM generate_series(100001, 200000)",
+    );
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", cluster.flight_sql))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut client = arrow_flight::sql::client::FlightSqlServiceClient::new(channel);
+        client.set_header("authorization", "Bearer stream-token");
+        let query = "SELECT id, v FROM s.t";
+
+        let info = client.execute(query.to_string(), None).await.unwrap();
+        assert_eq!(info.total_records, -1, "{info:?}");
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        let mut rows = client.do_get(ticket).await.unwrap();
+        let (mut count, mut id_sum, mut batches) = (0usize, 0i64, 0usize);
+        while let Some(batch) = rows.next().await {
+            let batch = batch.unwrap();
+            let ids = batch
+                .column(0)
+                .as_any()
+                .downcast_ref::<arrow::array::Int64Array>()
+                .unwrap();
+            id_sum += ids.values().iter().sum::<i64>();
+            count += batch.num_rows();
+            batches += 1;
+        }
+        assert_eq!((count, id_sum), (200_000, 200_000 * 200_001 / 2));
+        assert!(batches > 2, "{batches} batches");
+
+        let info = client.execute(query.to_string(), None).await.unwrap();
+        let ticket = info.endpoint[0].ticket.clone().unwrap();
+        // The job has ended; its output is on the executors only.
+        cluster.executors.clear();
+        let mut rows = client.do_get(ticket).await.unwrap();
+        let mut read = 0usize;
+        let error = loop {
+            match rows.next().await {
+                Some(Ok(batch)) => read += batch.num_rows(),
+                Some(Err(e)) => break e.to_string(),
+                None => panic!("all {read} rows were read with no executor left"),
+            }
+        };
+        assert!(read < 200_000, "{read}");
+        assert!(
+            error.contains("reading the query's rows from the executors"),
+            "{error}"
+        );
+    });
 }
 
 /// A CA and a certificate it signed for 127.0.0.1 / localhost, as PEM

@@ -89,15 +89,26 @@ impl Placeholders {
             .enumerate()
             .map(|(i, column)| literal(i, column, row))
             .collect::<Result<Vec<_>>>()?;
-        let mut bound = String::with_capacity(sql.len());
+        Ok(self.replaced(sql, |index| literals[index].clone()))
+    }
+
+    /// The statement's text with its placeholders written `$1`, `$2`, ...
+    /// (`?` numbered in order), as DataFusion's planner takes them.
+    pub fn numbered(&self, sql: &str) -> String {
+        self.replaced(sql, |index| format!("${}", index + 1))
+    }
+
+    /// `sql` with each placeholder replaced by `text` of its parameter index.
+    fn replaced(&self, sql: &str, text: impl Fn(usize) -> String) -> String {
+        let mut out = String::with_capacity(sql.len());
         let mut at = 0;
         for (range, index) in &self.spans {
-            bound.push_str(&sql[at..range.start]);
-            bound.push_str(&literals[*index]);
+            out.push_str(&sql[at..range.start]);
+            out.push_str(&text(*index));
             at = range.end;
         }
-        bound.push_str(&sql[at..]);
-        Ok(bound)
+        out.push_str(&sql[at..]);
+        out
     }
 }
 
@@ -220,6 +231,17 @@ mod tests {
             p.bind(sql, &values, 1).unwrap(),
             "SELECT '?', x -- why?\nFROM t WHERE a = 8 AND b = 'x'"
         );
+    }
+
+    #[test]
+    fn question_marks_are_numbered_for_the_planner() {
+        let sql = "SELECT '?' FROM t WHERE a = ? AND b IN (?, ?)";
+        assert_eq!(
+            Placeholders::find(sql).unwrap().numbered(sql),
+            "SELECT '?' FROM t WHERE a = $1 AND b IN ($2, $3)"
+        );
+        let sql = "SELECT $2, $1, $2";
+        assert_eq!(Placeholders::find(sql).unwrap().numbered(sql), sql);
     }
 
     #[test]

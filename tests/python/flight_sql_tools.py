@@ -2,7 +2,9 @@
 tools do, with the ADBC Flight SQL driver: the catalog's metadata calls
 (adbc_get_objects, adbc_get_table_schema, adbc_get_table_types) and
 prepared statements with parameters (a query, a MERGE, an INSERT run once
-per row of values, a statement given the wrong number of values).
+per row of values, a statement given the wrong number of values), and
+what preparing reports before a run (parameter types, a query's result
+schema).
 
 usage: flight_sql_tools.py URI TOKEN
 Prints one JSON object on the last line.
@@ -79,6 +81,30 @@ def main():
             "SELECT id, CAST(amount AS VARCHAR) AS amount, note FROM tools.orders ORDER BY id"
         )
         result["rows"] = cur.fetch_arrow_table().to_pylist()
+
+        # What preparing reports before a run: parameter types where the
+        # statement implies them, a query's result schema.
+        def fields(schema):
+            return [[f.name, str(f.type)] for f in schema] if schema is not None else None
+
+        result["described_query_parameters"] = fields(
+            cur.adbc_prepare("SELECT id, note FROM tools.orders WHERE amount > ? AND note = ?")
+        )
+        doubled = "SELECT id, amount * 2 AS doubled FROM tools.orders WHERE id = ?"
+        result["described_query_rows"] = fields(cur.adbc_execute_schema(doubled))
+        cur.execute(doubled, (1,))
+        result["ran_query_rows"] = fields(cur.fetch_arrow_table().schema)
+        result["described_insert_parameters"] = fields(
+            cur.adbc_prepare("INSERT INTO tools.order_lines VALUES ($2, $1)")
+        )
+        result["described_merge_parameters"] = fields(
+            cur.adbc_prepare(
+                "MERGE INTO tools.orders USING (SELECT ? AS id) s ON orders.id = s.id "
+                "WHEN MATCHED THEN DELETE"
+            )
+        )
+        cur.execute("SELECT count(*) AS n FROM tools.order_lines")
+        result["order_lines_after_describe"] = cur.fetch_arrow_table().to_pylist()
     print(json.dumps(result))
 
 

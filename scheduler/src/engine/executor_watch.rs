@@ -14,16 +14,14 @@
 //! on every attempt, and the commit keeps one attempt per partition and
 //! deletes the others' files. The job fails when no executor is left.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::record_batch::RecordBatch;
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::serde::protobuf::scheduler_grpc_client::SchedulerGrpcClient;
 use ballista_core::serde::protobuf::{ExecutorStoppedParams, UpdateTaskStatusParams};
 use datafusion::error::Result;
-use datafusion::execution::TaskContext;
-use datafusion::physical_plan::collect;
 use datafusion_proto::protobuf::LogicalPlanNode;
 
 use super::job_control::cancel_job;
@@ -33,21 +31,21 @@ use icemerge_proto::error::io_error;
 /// How often the watch looks at the executors.
 const TICK: Duration = Duration::from_millis(500);
 
-/// Runs the job while watching the executors that were alive when it
-/// started (see the module doc).
-pub(super) async fn watch_executors(
+/// Runs the job (`run`, driving `exec` until its job has ended) while
+/// watching the executors that were alive when it started (see the module
+/// doc).
+pub(super) async fn watch_executors<T>(
     target: &SchedulerTarget,
     scheduler_url: &str,
     exec: Arc<DistributedQueryExec<LogicalPlanNode>>,
-    task_ctx: Arc<TaskContext>,
-) -> Result<Vec<RecordBatch>> {
+    run: impl Future<Output = Result<T>>,
+) -> Result<T> {
     let timeout = target.executor_timeout;
     let mut watched = target.liveness.alive(timeout);
     let mut lost_so_far: Vec<String> = vec![];
     // Connected at the first loss (again on the next tick if that
     // failed), then kept for the reports and the offer rounds.
     let mut scheduler: Option<SchedulerClient> = None;
-    let run = collect(exec.clone(), task_ctx);
     tokio::pin!(run);
     loop {
         tokio::select! {
@@ -152,12 +150,12 @@ async fn offer_tasks(client: &mut SchedulerClient, live_executor: &str) -> Resul
 
 /// Every executor of the job is lost: the job is cancelled and the
 /// statement fails naming them.
-async fn no_executor_left(
+async fn no_executor_left<T>(
     scheduler_url: &str,
     job_id: &str,
     lost: &[String],
-    run: &mut (impl std::future::Future<Output = Result<Vec<RecordBatch>>> + Unpin),
-) -> Result<Vec<RecordBatch>> {
+    run: &mut (impl Future<Output = Result<T>> + Unpin),
+) -> Result<T> {
     tracing::warn!(job = %job_id, lost = ?lost, "no executor left for the job: cancelling it");
     if !job_id.is_empty() {
         cancel_job(scheduler_url, job_id).await?;

@@ -11,7 +11,8 @@
 //! - `stage_figures`: per-stage figures of a run, from the stage probes;
 //! - `task_tracker`: tasks running now (a failed job is drained before
 //!   cleanup);
-//! - `executor_watch`: a job whose executor falls silent is cancelled.
+//! - `executor_watch`: a lost executor's tasks run again on the executors
+//!   left.
 
 mod executor_watch;
 mod in_process_cluster;
@@ -31,11 +32,12 @@ use arrow::record_batch::RecordBatch;
 use ballista_core::execution_plans::DistributedQueryExec;
 use ballista_core::extension::SessionConfigExt;
 use datafusion::error::Result;
-use datafusion::execution::TaskContext;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_plan::streaming::StreamingTableExec;
 use datafusion::physical_plan::{collect, ExecutionPlan};
 use datafusion::prelude::SessionContext;
 use datafusion_proto::protobuf::LogicalPlanNode;
+use futures::TryStreamExt;
 
 use executor_watch::watch_executors;
 use icemerge_proto::error::cancelled;
@@ -47,6 +49,11 @@ pub use shipped_plan::{scheduler_session_builder, IcemergeLogicalCodec, ShippedP
 pub use stage_figures::{now_nanos, task_totals, FigureCollector, TaskTotals};
 pub use task_ledger::{ExecutorLiveness, TaskLedger, TaskRecord};
 pub use task_tracker::{TaskTracker, TrackingEngine};
+
+/// How long executors keep a finished job's output (Ballista's finished
+/// job data clean-up, set by the scheduler process): the rows of a query
+/// run with `Rows::Stream` can be read for this long after its job ended.
+pub const RESULT_RETENTION: Duration = Duration::from_secs(900);
 
 /// How long a failed job's remaining tasks are waited for.
 const JOB_DRAIN_LIMIT: Duration = Duration::from_secs(600);
@@ -98,9 +105,25 @@ pub enum Engine {
     Scheduler(SchedulerTarget),
 }
 
+/// How a run hands back a plan's rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rows {
+    /// All of them, gathered here.
+    Gather,
+    /// On a Ballista engine, only the first batch once the job has ended;
+    /// the others stay on the executors until `PlanRun::rest` is read (a
+    /// Flight SQL client's `DoGet`). The local engine gathers.
+    Stream,
+}
+
 /// What running a plan produced.
 pub struct PlanRun {
+    /// The rows gathered: all of them, or the first batch when `rest`
+    /// follows.
     pub batches: Vec<RecordBatch>,
+    /// The rows after `batches`, fetched from the executors as it is read
+    /// (`Rows::Stream` only; the job has ended by then).
+    pub rest: Option<SendableRecordBatchStream>,
     /// The Ballista job id (cluster engine only).
     pub job_id: Option<String>,
 }
@@ -131,12 +154,14 @@ impl Engine {
         ctx: &SessionContext,
         plan: Arc<dyn ExecutionPlan>,
         control: &JobControl,
+        rows: Rows,
     ) -> Result<PlanRun> {
         control.check()?;
         let scheduler_url = self.scheduler_url().filter(|_| !reads_session_state(&plan));
         match scheduler_url {
             None => Ok(PlanRun {
                 batches: collect(plan, ctx.task_ctx()).await?,
+                rest: None,
                 job_id: None,
             }),
             Some(scheduler_url) => {
@@ -155,11 +180,24 @@ impl Engine {
                 ));
                 let task_ctx = Arc::new(TaskContext::default().with_session_config(config));
                 *control.running.lock().expect("job lock") = Some(exec.clone());
+                // The job runs to its end before the first batch comes.
+                let run = async {
+                    match rows {
+                        Rows::Gather => Ok((collect(exec.clone(), task_ctx).await?, None)),
+                        Rows::Stream => {
+                            let mut stream = exec.execute(0, task_ctx)?;
+                            Ok(match stream.try_next().await? {
+                                Some(first) => (vec![first], Some(stream)),
+                                None => (vec![], None),
+                            })
+                        }
+                    }
+                };
                 let batches = match self {
                     Engine::Scheduler(target) => {
-                        watch_executors(target, &scheduler_url, exec.clone(), task_ctx).await
+                        watch_executors(target, &scheduler_url, exec.clone(), run).await
                     }
-                    _ => collect(exec.clone(), task_ctx).await,
+                    _ => run.await,
                 };
                 *control.running.lock().expect("job lock") = None;
                 let job_id = exec.job_id();
@@ -178,8 +216,10 @@ impl Engine {
                         job_id.unwrap_or_default()
                     )));
                 }
+                let (batches, rest) = batches?;
                 Ok(PlanRun {
-                    batches: batches?,
+                    batches,
+                    rest,
                     job_id,
                 })
             }

@@ -6,7 +6,11 @@
 //! Protocol mapping:
 //! - `GetFlightInfo(CommandStatementQuery)` runs the statement; rows come back
 //!   through `DoGet` on the returned ticket (once; a result not fetched within
-//!   [`RESULT_TTL`] is dropped). INSERT and MERGE sent as a query return their
+//!   [`RESULT_TTL`] is dropped). A query's job has ended when `GetFlightInfo`
+//!   answers, but only its first batch is on the coordinator: `DoGet`
+//!   streams the others from the executors as the client reads them
+//!   (`total_records` is then -1; the executors keep them for
+//!   [`RESULT_RETENTION`]). INSERT and MERGE sent as a query return their
 //!   count row (MERGE: its metrics row), EXPLAIN its text, exactly as the
 //!   embedded CLI prints them. DDL returns no endpoint and an empty schema;
 //!   its message is the FlightInfo's `app_metadata` (UTF-8).
@@ -17,7 +21,9 @@
 //!   `GetDbSchemas`, `GetTables` (with schemas) and `GetTableTypes` list
 //!   the catalog (`flight_sql_catalog`).
 //! - Prepared statements (`prepared_statements`): `CreatePreparedStatement`
-//!   takes any statement with `?` or `$n` placeholders; `DoPut` of
+//!   takes any statement with `?` or `$n` placeholders and reports, as
+//!   best it can before a run (`Session::describe`), a query's rows'
+//!   schema and each parameter's type; `DoPut` of
 //!   `CommandPreparedStatementQuery` binds one row of values and
 //!   `GetFlightInfo` of it runs the statement as a query; `DoPut` of
 //!   `CommandPreparedStatementUpdate` runs it once per row of the values
@@ -50,7 +56,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use arrow::array::{Array, UInt64Array};
-use arrow::datatypes::{Schema, SchemaRef};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::writer::IpcWriteOptions;
 use arrow::record_batch::RecordBatch;
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -67,10 +74,11 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
-    Ticket,
+    IpcMessage, SchemaAsIpc, Ticket,
 };
 use datafusion::error::DataFusionError;
-use futures::{Stream, TryStreamExt};
+use datafusion::execution::SendableRecordBatchStream;
+use futures::{Stream, StreamExt, TryStreamExt};
 use prost::Message;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
@@ -89,7 +97,7 @@ use super::prepared_statements::PreparedStatements;
 use super::progress::JobProgress;
 use super::statement_control::run_command;
 use super::statement_log::{StatementEnd, StatementLog};
-use crate::engine::CANCELLED;
+use crate::engine::{Rows, CANCELLED, RESULT_RETENTION};
 use crate::session::{Session, StatementOutput};
 
 /// How long an unfetched query result is kept.
@@ -121,9 +129,12 @@ pub async fn serve_flight_sql(
         .await
 }
 
+/// A query's rows waiting for `DoGet`: the batches here, then (on the
+/// cluster) the rest, still on the executors.
 struct StoredResult {
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
+    rest: Option<SendableRecordBatchStream>,
     created: Instant,
 }
 
@@ -154,18 +165,23 @@ impl IcemergeFlightSql {
         Ok(client.map_err(statement_error)?.session.clone())
     }
 
-    /// Runs `sql` as a query: its rows wait under a ticket for `DoGet`.
+    /// Runs `sql` as a query: its rows wait under a ticket for `DoGet`
+    /// (past the first batch, on the executors: the count is then not
+    /// known, -1).
     async fn query_info(
         &self,
         client: &str,
         sql: &str,
         descriptor: FlightDescriptor,
     ) -> Result<FlightInfo, Status> {
-        let output = self.run(client, sql).await?;
+        let (output, rest) = self.run_streaming(client, sql, Rows::Stream).await?;
         let info = match output {
             StatementOutput::Rows { schema, batches } => {
-                let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
-                let handle = self.store(schema.clone(), batches);
+                let rows = match &rest {
+                    Some(_) => -1,
+                    None => batches.iter().map(|b| b.num_rows() as i64).sum(),
+                };
+                let handle = self.store(schema.clone(), batches, rest);
                 let ticket = TicketStatementQuery {
                     statement_handle: handle.into_bytes().into(),
                 };
@@ -176,7 +192,7 @@ impl IcemergeFlightSql {
                         FlightEndpoint::new()
                             .with_ticket(Ticket::new(ticket.as_any().encode_to_vec())),
                     )
-                    .with_total_records(rows as i64)
+                    .with_total_records(rows)
             }
             StatementOutput::Done { message } => FlightInfo::new()
                 .try_with_schema(&Schema::empty())
@@ -194,10 +210,20 @@ impl IcemergeFlightSql {
     /// statement cancelled while queued never runs. It runs on the
     /// session of `client`, after that client's earlier statements.
     async fn run(&self, client: &str, sql: &str) -> Result<StatementOutput, Status> {
+        Ok(self.run_streaming(client, sql, Rows::Gather).await?.0)
+    }
+
+    /// `run`, a query's rows handed back as `rows` says (`Rows::Stream`:
+    /// past the first batch, as a stream from the executors).
+    async fn run_streaming(
+        &self,
+        client: &str,
+        sql: &str,
+        rows: Rows,
+    ) -> Result<(StatementOutput, Option<SendableRecordBatchStream>), Status> {
         if let Some(command) = StatementCommand::parse(sql).map_err(statement_error)? {
-            return run_command(command, &self.log)
-                .await
-                .map_err(statement_error);
+            let output = run_command(command, &self.log).await;
+            return Ok((output.map_err(statement_error)?, None));
         }
         let client_session = self.sessions.of(client).await.map_err(statement_error)?;
         let id = self.log.submit(sql, client);
@@ -230,7 +256,12 @@ impl IcemergeFlightSql {
             let plans_before = session.plans_started();
             log.start(id, plans_before);
             let output = {
-                let run = session.execute_one(&sql);
+                let run = async {
+                    match rows {
+                        Rows::Gather => Ok((session.execute_one(&sql).await?, None)),
+                        Rows::Stream => session.execute_one_streaming(&sql).await,
+                    }
+                };
                 // CANCEL STATEMENT: cancelled as when the client goes away,
                 // while the statement goes on to fail on its usual path.
                 // Dropped with the statement's end, before its turn is
@@ -272,7 +303,7 @@ impl IcemergeFlightSql {
                 (true, false) => session.current_run().map(|run| run.document.clone()),
             };
             let job = ran_plan.then(|| session.last_job_id()).flatten();
-            let result = output.as_ref().ok();
+            let result = output.as_ref().ok().map(|(o, _)| o);
             log.finish(
                 id,
                 StatementEnd {
@@ -299,7 +330,12 @@ impl IcemergeFlightSql {
         }
     }
 
-    fn store(&self, schema: SchemaRef, batches: Vec<RecordBatch>) -> String {
+    fn store(
+        &self,
+        schema: SchemaRef,
+        batches: Vec<RecordBatch>,
+        rest: Option<SendableRecordBatchStream>,
+    ) -> String {
         let handle = uuid::Uuid::new_v4().to_string();
         let mut results = self.results.lock().expect("results lock");
         results.retain(|_, r| r.created.elapsed() < RESULT_TTL);
@@ -308,6 +344,7 @@ impl IcemergeFlightSql {
             StoredResult {
                 schema,
                 batches,
+                rest,
                 created: Instant::now(),
             },
         );
@@ -405,6 +442,32 @@ fn statement_error(e: DataFusionError) -> Status {
     }
 }
 
+/// `schema` as Flight SQL sends one inside a message: IPC-encapsulated.
+fn ipc_schema(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default())
+        .try_into()
+        .map_err(arrow_status)?;
+    Ok(bytes)
+}
+
+/// A prepared statement's parameters as a schema: `$1`, `$2`, ... of the
+/// types inferred, `Null` where none was.
+fn parameter_schema(types: &[Option<DataType>]) -> Schema {
+    Schema::new(
+        types
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                Field::new(
+                    format!("${}", i + 1),
+                    t.clone().unwrap_or(DataType::Null),
+                    true,
+                )
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
 fn arrow_status(e: arrow::error::ArrowError) -> Status {
     Status::internal(format!("cannot encode the result: {e}"))
 }
@@ -425,9 +488,22 @@ type FlightStream =
     Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send + 'static>>;
 
 fn encode(schema: SchemaRef, batches: Vec<RecordBatch>) -> FlightStream {
+    encode_stream(
+        schema,
+        futures::stream::iter(batches.into_iter().map(Ok)).boxed(),
+    )
+}
+
+/// `rows` as Flight data, read as the client reads; an error ends the
+/// stream as the statement error it is.
+fn encode_stream(
+    schema: SchemaRef,
+    rows: futures::stream::BoxStream<'static, datafusion::error::Result<RecordBatch>>,
+) -> FlightStream {
+    let rows = rows.map_err(|e| FlightError::Tonic(Box::new(statement_error(e))));
     let stream = FlightDataEncoderBuilder::new()
         .with_schema(schema)
-        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .build(rows)
         .map_err(Status::from);
     Box::pin(stream)
 }
@@ -539,7 +615,20 @@ impl FlightSqlService for IcemergeFlightSql {
                     "no result for ticket '{handle}': it was already fetched or has expired"
                 ))
             })?;
-        Ok(Response::new(encode(stored.schema, stored.batches)))
+        let first = futures::stream::iter(stored.batches.into_iter().map(Ok::<_, DataFusionError>));
+        let rows = match stored.rest {
+            None => first.boxed(),
+            Some(rest) => first
+                .chain(rest.map_err(|e| {
+                    DataFusionError::Execution(format!(
+                        "reading the query's rows from the executors (they keep them for {} s \
+                         after the query's job ends): {e}",
+                        RESULT_RETENTION.as_secs()
+                    ))
+                }))
+                .boxed(),
+        };
+        Ok(Response::new(encode_stream(stored.schema, rows)))
     }
 
     async fn do_put_statement_update(
@@ -674,18 +763,30 @@ impl FlightSqlService for IcemergeFlightSql {
     async fn do_action_create_prepared_statement(
         &self,
         query: ActionCreatePreparedStatementRequest,
-        _request: Request<Action>,
+        request: Request<Action>,
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
-        let (handle, _) = self
+        let session = self.client_session(&request).await?;
+        let (handle, placeholders) = self
             .prepared
             .create(&query.query)
             .map_err(statement_error)?;
-        // The result's and the parameters' schemas are known once the
-        // statement runs with values: the values' own types are the
-        // parameters' types.
+        // A best guess (`Session::describe`): the values bound are sent
+        // with their own types, which the statement then takes.
+        let shape = session
+            .describe(&placeholders.numbered(&query.query), placeholders.count())
+            .await;
+        let dataset_schema = match &shape.rows {
+            Some(rows) => ipc_schema(rows)?,
+            None => Default::default(),
+        };
+        let parameter_schema = match placeholders.count() {
+            0 => Default::default(),
+            _ => ipc_schema(&parameter_schema(&shape.parameters))?,
+        };
         Ok(ActionCreatePreparedStatementResult {
             prepared_statement_handle: handle.into_bytes().into(),
-            ..Default::default()
+            dataset_schema,
+            parameter_schema,
         })
     }
 

@@ -33,10 +33,9 @@ pub struct PreparedStatements {
 }
 
 impl PreparedStatements {
-    /// Prepares `sql`: returns its handle and how many parameters it takes.
-    pub fn create(&self, sql: &str) -> Result<(String, usize)> {
+    /// Prepares `sql`: returns its handle and its placeholders.
+    pub fn create(&self, sql: &str) -> Result<(String, Placeholders)> {
         let placeholders = Placeholders::find(sql)?;
-        let count = placeholders.count();
         let handle = uuid::Uuid::new_v4().to_string();
         let mut open = self.open.lock().expect("prepared statements lock");
         open.retain(|_, p| p.used.elapsed() < PREPARED_TTL);
@@ -44,12 +43,12 @@ impl PreparedStatements {
             handle.clone(),
             Prepared {
                 sql: sql.to_string(),
-                placeholders,
+                placeholders: placeholders.clone(),
                 bound: None,
                 used: Instant::now(),
             },
         );
-        Ok((handle, count))
+        Ok((handle, placeholders))
     }
 
     /// Binds parameter values (one row per execution) to `handle`.
@@ -129,8 +128,8 @@ mod tests {
     #[test]
     fn a_query_runs_with_one_row_and_an_update_once_per_row() {
         let prepared = PreparedStatements::default();
-        let (handle, count) = prepared.create("DELETE FROM t WHERE id = ?").unwrap();
-        assert_eq!(count, 1);
+        let (handle, placeholders) = prepared.create("DELETE FROM t WHERE id = ?").unwrap();
+        assert_eq!(placeholders.count(), 1);
         let e = prepared.query(&handle).unwrap_err().to_string();
         assert!(e.contains("bind one row of values (0 bound)"), "{e}");
         let e = prepared.updates(&handle, None).unwrap_err().to_string();

@@ -43,6 +43,7 @@ use super::tls::TlsFiles;
 use crate::catalog::CatalogOptions;
 use crate::engine::{
     scheduler_session_builder, ExecutorLiveness, IcemergeLogicalCodec, SchedulerTarget, TaskLedger,
+    RESULT_RETENTION,
 };
 use crate::session::{session_config, Session, SessionOptions};
 use icemerge_proto::error::invalid_input;
@@ -330,6 +331,8 @@ async fn create_ballista_scheduler(
     scheduler_config.executor_timeout_seconds = options.executor_timeout_seconds.max(1);
     scheduler_config.expire_dead_executor_interval_seconds =
         (options.executor_timeout_seconds / 3).clamp(1, 15);
+    // A query's rows stream to its Flight SQL client from the executors.
+    scheduler_config.finished_job_data_clean_up_interval_seconds = RESULT_RETENTION.as_secs();
     scheduler_config.override_logical_codec = Some(Arc::new(IcemergeLogicalCodec::default()));
     scheduler_config.override_physical_codec = Some(Arc::new(IcemergePhysicalCodec::default()));
     let cluster = BallistaCluster::new_memory(addr.to_string(), session_builder, config_producer);

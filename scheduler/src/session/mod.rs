@@ -12,6 +12,8 @@
 //! - `metrics`: the last plan's operator counters;
 //! - `explain_analyze`: EXPLAIN ANALYZE's figures;
 //! - `explain_plan`: EXPLAIN (FORMAT ...) of a query or an INSERT;
+//! - `describe`: a statement's rows and parameter types before it runs
+//!   (prepared statements);
 //! - `time_travel`: tables read `FOR VERSION / TIMESTAMP AS OF`, resolved
 //!   before a statement is parsed.
 
@@ -22,6 +24,7 @@ mod alter_sort_order;
 mod commit_pause;
 pub(crate) use commit_pause::pause_before_commit;
 mod ddl;
+mod describe;
 mod explain_analyze;
 mod explain_plan;
 mod insert;
@@ -42,7 +45,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
-use datafusion::execution::SessionStateBuilder;
+use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::{LogicalPlan, WriteOp};
 use datafusion::physical_plan::ExecutionPlan;
@@ -66,11 +69,13 @@ use icemerge_planner::statement_commands::StatementCommand;
 use crate::catalog::table_functions::{FileKind, ReadFileFunction};
 use crate::catalog::{open_catalog, IcebergCatalogProvider, IcebergTableProvider, OpenCatalog};
 use crate::engine::{
-    now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl, SchedulerTarget,
+    now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl,
+    PlanRun as EnginePlanRun, Rows, SchedulerTarget,
 };
 use icemerge_proto::error::{invalid_input, unsupported};
 use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
+pub use describe::StatementShape;
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
 pub use options::{cores, local_session_config, session_config, IcemergeOptions, SessionOptions};
@@ -105,6 +110,9 @@ pub struct Session {
     /// Plans started on this session so far.
     plan_runs: AtomicU64,
     control: JobControl,
+    /// The rows of the last query run with `Rows::Stream` past its first
+    /// batch, until `execute_one_streaming` hands them on.
+    streamed_rows: Mutex<Option<SendableRecordBatchStream>>,
     /// The memory budget statements run in, as an error names it.
     budget: String,
     /// The configuration the session started with (before any SET): a
@@ -241,6 +249,7 @@ impl Session {
             engine,
             last_job: Mutex::new(None),
             control: JobControl::default(),
+            streamed_rows: Mutex::new(None),
             last_metrics: Mutex::new(OperatorMetrics::default()),
             last_run: Mutex::new(None),
             current_run: Mutex::new(None),
@@ -352,10 +361,29 @@ impl Session {
 
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
+        self.execute_one_rows(sql, Rows::Gather).await
+    }
+
+    /// Runs one statement; a query's rows past its first batch stay on the
+    /// executors (a Ballista engine) and come as the stream returned,
+    /// fetched as it is read. The statement has ended when this returns:
+    /// its job is over and its figures are recorded; reading the stream
+    /// runs nothing more on the session (the executors keep a job's output
+    /// for [`crate::engine::RESULT_RETENTION`] after it ends).
+    pub async fn execute_one_streaming(
+        &self,
+        sql: &str,
+    ) -> Result<(StatementOutput, Option<SendableRecordBatchStream>)> {
+        let output = self.execute_one_rows(sql, Rows::Stream).await;
+        let rest = self.streamed_rows.lock().expect("lock").take();
+        Ok((output?, rest))
+    }
+
+    async fn execute_one_rows(&self, sql: &str, rows: Rows) -> Result<StatementOutput> {
         let _active = self.control.begin();
         let outcome = match self.pin_time_travel(sql).await {
             Ok((resolved, pinned)) => {
-                let outcome = self.dispatch(&resolved).await;
+                let outcome = self.dispatch(&resolved, rows).await;
                 self.unpin(pinned);
                 outcome
             }
@@ -370,8 +398,9 @@ impl Session {
         }
     }
 
-    /// Routes one statement to what runs it.
-    async fn dispatch(&self, sql: &str) -> Result<StatementOutput> {
+    /// Routes one statement to what runs it; a query's rows as `rows`
+    /// says.
+    async fn dispatch(&self, sql: &str, rows: Rows) -> Result<StatementOutput> {
         if let Some(create) = parse_create_table(sql)? {
             return self.create_table(create).await;
         }
@@ -435,12 +464,12 @@ impl Session {
             }
         }
         let plan = self.ctx.state().statement_to_plan(statement).await?;
-        self.run_logical(plan).await
+        self.run_logical(plan, rows).await
     }
 
     /// Runs a statement DataFusion planned: its own DDL and EXPLAIN in
     /// DataFusion, an INSERT through the commit, a query on the engine.
-    async fn run_logical(&self, plan: LogicalPlan) -> Result<StatementOutput> {
+    async fn run_logical(&self, plan: LogicalPlan, rows: Rows) -> Result<StatementOutput> {
         match &plan {
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
                 self.ctx.execute_logical_plan(plan).await?.collect().await?;
@@ -465,8 +494,13 @@ impl Session {
             return Ok(StatementOutput::count(rows));
         }
         let schema = physical.schema();
-        let batches = self.run_plan_of(physical, "query").await?;
-        Ok(StatementOutput::Rows { schema, batches })
+        let graph = stage_graph(&physical, false)?;
+        let run = self.run_plan_rows(&graph, "query", rows).await?;
+        *self.streamed_rows.lock().expect("lock") = run.rest;
+        Ok(StatementOutput::Rows {
+            schema,
+            batches: run.batches,
+        })
     }
 
     /// Cuts `plan` into its stage graph and runs it (`run_plan`).
@@ -482,6 +516,19 @@ impl Session {
     /// Runs a stage graph's plan on the engine and records its job, its
     /// operator counters and its per-stage figures (`last_run`).
     async fn run_plan(&self, graph: &StageGraph, statement: &str) -> Result<Vec<RecordBatch>> {
+        Ok(self
+            .run_plan_rows(graph, statement, Rows::Gather)
+            .await?
+            .batches)
+    }
+
+    /// `run_plan`, handing back the rows as `rows` says.
+    async fn run_plan_rows(
+        &self,
+        graph: &StageGraph,
+        statement: &str,
+        rows: Rows,
+    ) -> Result<EnginePlanRun> {
         let mut document = ExplainDocument::plan(statement, self.engine_name(), &graph.stages);
         let started = now_nanos();
         *self.current_run.lock().expect("lock") = Some(Arc::new(PlanRun {
@@ -492,7 +539,7 @@ impl Session {
         }));
         let run = self
             .engine
-            .run(&self.ctx, graph.plan.clone(), &self.control)
+            .run(&self.ctx, graph.plan.clone(), &self.control, rows)
             .await?;
         let run_ms = (now_nanos() - started) as f64 / 1e6;
         let (metrics, figures) = match (self.engine.ledger(), &run.job_id) {
@@ -528,7 +575,7 @@ impl Session {
         *self.last_job.lock().expect("lock") = run.job_id.clone();
         *self.last_metrics.lock().expect("lock") = metrics;
         *self.last_run.lock().expect("lock") = Some(Box::new(document));
-        Ok(run.batches)
+        Ok(run)
     }
 }
 

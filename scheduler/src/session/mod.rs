@@ -383,7 +383,9 @@ impl Session {
         let _active = self.control.begin();
         let outcome = match self.pin_time_travel(sql).await {
             Ok((resolved, pinned)) => {
-                let outcome = self.dispatch(&resolved, rows).await;
+                // On the heap: a statement's future is large (every kind
+                // of statement's state), and callers await many of them.
+                let outcome = Box::pin(self.dispatch(&resolved, rows)).await;
                 self.unpin(pinned);
                 outcome
             }

@@ -10,7 +10,7 @@
 //! applies exactly those.
 //!
 //! - `mod.rs`: [`DeleteLoader`] (reads each delete file once per task and
-//!   keeps it) and [`DataFileDeletes`] (the deletes of one data file, and
+//!   keeps it, however many of the task's files ask for it at once) and [`DataFileDeletes`] (the deletes of one data file, and
 //!   which rows of a batch they leave alive);
 //! - `position.rs`: position delete files (`file_path`, `pos`);
 //! - `equality.rs`: equality delete files (values of some columns);
@@ -23,6 +23,8 @@ mod position;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
 
 use arrow::array::{Array, ArrayRef, BooleanArray};
 use datafusion::error::Result;
@@ -45,7 +47,9 @@ pub struct DeleteLoader {
     /// The data files this loader is asked about: position deletes of other
     /// files are not kept.
     data_files: Arc<std::collections::HashSet<String>>,
-    loaded: Mutex<HashMap<String, Loaded>>,
+    /// Each delete file's contents, loaded by the first file that asks;
+    /// the others asking meanwhile wait for that load.
+    loaded: Mutex<HashMap<String, Arc<OnceCell<Loaded>>>>,
 }
 
 #[derive(Clone)]
@@ -93,37 +97,33 @@ impl DeleteLoader {
     }
 
     async fn load(&self, data_file: &str, delete: &FileScanTaskDeleteFile) -> Result<Loaded> {
-        if let Some(loaded) = self.cached(&delete.file_path) {
-            return Ok(loaded);
-        }
-        refuse_deletion_vector(&self.table, data_file, &delete.file_path)?;
-        let loaded = match delete.file_type {
-            DataContentType::PositionDeletes => Loaded::Positions(Arc::new(
-                PositionDeletes::load(&self.file_io, delete, &self.data_files).await?,
-            )),
-            DataContentType::EqualityDeletes => Loaded::Equality(Arc::new(
-                EqualityDeletes::load(&self.file_io, delete, &self.schema).await?,
-            )),
-            DataContentType::Data => {
-                return Err(internal(format!(
-                    "data file {} is listed as a delete file of {data_file}",
-                    delete.file_path
-                )))
-            }
-        };
-        self.loaded
+        let cell = self
+            .loaded
             .lock()
             .expect("delete cache lock")
-            .insert(delete.file_path.clone(), loaded.clone());
-        Ok(loaded)
-    }
-
-    fn cached(&self, path: &str) -> Option<Loaded> {
-        self.loaded
-            .lock()
-            .expect("delete cache lock")
-            .get(path)
-            .cloned()
+            .entry(delete.file_path.clone())
+            .or_default()
+            .clone();
+        let loaded = cell
+            .get_or_try_init(|| async {
+                refuse_deletion_vector(&self.table, data_file, &delete.file_path)?;
+                Ok::<_, datafusion::error::DataFusionError>(match delete.file_type {
+                    DataContentType::PositionDeletes => Loaded::Positions(Arc::new(
+                        PositionDeletes::load(&self.file_io, delete, &self.data_files).await?,
+                    )),
+                    DataContentType::EqualityDeletes => Loaded::Equality(Arc::new(
+                        EqualityDeletes::load(&self.file_io, delete, &self.schema).await?,
+                    )),
+                    DataContentType::Data => {
+                        return Err(internal(format!(
+                            "data file {} is listed as a delete file of {data_file}",
+                            delete.file_path
+                        )))
+                    }
+                })
+            })
+            .await?;
+        Ok(loaded.clone())
     }
 }
 

@@ -10,8 +10,9 @@
 //! applies exactly those.
 //!
 //! - `mod.rs`: [`DeleteLoader`] (reads each delete file once per task and
-//!   keeps it, however many of the task's files ask for it at once) and [`DataFileDeletes`] (the deletes of one data file, and
-//!   which rows of a batch they leave alive);
+//!   keeps it, however many of the task's files ask for it at once) and
+//!   [`DataFileDeletes`] (the deletes of one data file, and which rows of a
+//!   batch they leave alive);
 //! - `position.rs`: position delete files (`file_path`, `pos`);
 //! - `equality.rs`: equality delete files (values of some columns);
 //! - `parquet_file.rs`: opening a delete file and finding its columns by
@@ -24,13 +25,12 @@ mod position;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::OnceCell;
-
 use arrow::array::{Array, ArrayRef, BooleanArray};
 use datafusion::error::Result;
 use iceberg::io::FileIO;
 use iceberg::scan::FileScanTaskDeleteFile;
 use iceberg::spec::{DataContentType, SchemaRef};
+use tokio::sync::OnceCell;
 
 pub use equality::EqualityDeletes;
 pub use position::PositionDeletes;

@@ -256,12 +256,7 @@ impl IcemergeFlightSql {
             let plans_before = session.plans_started();
             log.start(id, plans_before);
             let output = {
-                let run = async {
-                    match rows {
-                        Rows::Gather => Ok((session.execute_one(&sql).await?, None)),
-                        Rows::Stream => session.execute_one_streaming(&sql).await,
-                    }
-                };
+                let run = session.execute_one_with(&sql, rows);
                 // CANCEL STATEMENT: cancelled as when the client goes away,
                 // while the statement goes on to fail on its usual path.
                 // Dropped with the statement's end, before its turn is

@@ -111,7 +111,7 @@ pub struct Session {
     plan_runs: AtomicU64,
     control: JobControl,
     /// The rows of the last query run with `Rows::Stream` past its first
-    /// batch, until `execute_one_streaming` hands them on.
+    /// batch, until `execute_one_with` hands them on.
     streamed_rows: Mutex<Option<SendableRecordBatchStream>>,
     /// The memory budget statements run in, as an error names it.
     budget: String,
@@ -361,20 +361,22 @@ impl Session {
 
     /// Runs one statement.
     pub async fn execute_one(&self, sql: &str) -> Result<StatementOutput> {
-        self.execute_one_rows(sql, Rows::Gather).await
+        Ok(self.execute_one_with(sql, Rows::Gather).await?.0)
     }
 
-    /// Runs one statement; a query's rows past its first batch stay on the
-    /// executors (a Ballista engine) and come as the stream returned,
-    /// fetched as it is read. The statement has ended when this returns:
-    /// its job is over and its figures are recorded; reading the stream
-    /// runs nothing more on the session (the executors keep a job's output
-    /// for [`crate::engine::RESULT_RETENTION`] after it ends).
-    pub async fn execute_one_streaming(
+    /// Runs one statement, a query's rows handed back as `rows` says. With
+    /// `Rows::Stream` (on a Ballista engine) a query's rows past its first
+    /// batch stay on the executors and come as the stream returned, fetched
+    /// as it is read. The statement has ended when this returns: its job is
+    /// over and its figures are recorded; reading the stream runs nothing
+    /// more on the session (the executors keep a job's output for
+    /// [`crate::engine::RESULT_RETENTION`] after it ends).
+    pub async fn execute_one_with(
         &self,
         sql: &str,
+        rows: Rows,
     ) -> Result<(StatementOutput, Option<SendableRecordBatchStream>)> {
-        let output = self.execute_one_rows(sql, Rows::Stream).await;
+        let output = self.execute_one_rows(sql, rows).await;
         let rest = self.streamed_rows.lock().expect("lock").take();
         Ok((output?, rest))
     }

@@ -270,6 +270,14 @@ impl ExecutionPlan for IcebergScanExec {
         if !self.row_ids {
             files.add(tasks.len());
         }
+        // Delete files the task's data files read (each once per task).
+        let delete_files: std::collections::HashSet<&str> = tasks
+            .iter()
+            .flat_map(|t| t.deletes.iter().map(|d| d.file_path.as_str()))
+            .collect();
+        MetricBuilder::new(&self.metrics)
+            .counter("delete_files_read", partition)
+            .add(delete_files.len());
 
         let schema = self.schema.clone();
         let file_io = file_io_from_props(&self.file_io_props);

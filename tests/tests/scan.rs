@@ -1,7 +1,8 @@
 //! The distributed Iceberg scan: file pruning from pushed filters (asserted
 //! from the scan's own metrics) on both engines, and on the cluster engine a
 //! scan of many files that runs as several tasks on at least two executors;
-//! a join's output columns that share a name, on both engines.
+//! a join's output columns that share a name, on both engines; a data
+//! file reads only its own position delete files.
 
 use std::collections::BTreeSet;
 
@@ -221,6 +222,70 @@ async fn a_count_reads_no_data_file_and_a_filtered_count_one_column_on_both_engi
         assert_eq!(
             query(&session, "SELECT count(*) FROM db.w WHERE id % 2 = 0").await,
             vec![vec!["99500"]]
+        );
+    }
+}
+
+/// A data file reads only the position delete files that name it (their
+/// manifest entries' referenced data file), not every position delete file
+/// of its partition, which is what iceberg's scan planning lists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_data_file_reads_only_its_own_position_delete_files_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.w (id INT, v STRING) \
+                 TBLPROPERTIES ('write.delete.mode' = 'merge-on-read')",
+            )
+            .await
+            .unwrap();
+        for file in 0..4 {
+            session
+                .execute(&format!(
+                    "INSERT INTO db.w SELECT CAST(value AS INT), 'v' FROM \
+                     generate_series({}, {})",
+                    file * 1000,
+                    file * 1000 + 999
+                ))
+                .await
+                .unwrap();
+        }
+        // One row of every data file: a position delete file for each.
+        session
+            .execute("DELETE FROM db.w WHERE id % 1000 = 7")
+            .await
+            .unwrap();
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*) FROM db.\"w$files\" WHERE content = 1"
+            )
+            .await,
+            vec![vec!["4"]]
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), sum(id) FROM db.w WHERE id < 500"
+            )
+            .await,
+            vec![vec!["499", "124743"]]
+        );
+        assert_eq!(
+            session.last_metrics().get("delete_files_read"),
+            1,
+            "{engine:?}: the one data file scanned reads its own delete file"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(id) FROM db.w").await,
+            vec![vec!["3996", "7991972"]]
+        );
+        assert_eq!(
+            session.last_metrics().get("delete_files_read"),
+            4,
+            "{engine:?}: each delete file is read by its data file's task only"
         );
     }
 }

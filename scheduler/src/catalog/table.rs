@@ -19,6 +19,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use futures::TryStreamExt;
 use iceberg::arrow::schema_to_arrow_schema;
 
+use super::delete_scope::narrow_position_deletes;
 use super::snapshot_schema::{promoted_columns, without_columns, SnapshotSchema};
 use iceberg::expr::Predicate;
 use iceberg::table::Table;
@@ -216,7 +217,7 @@ impl IcebergTableProvider {
             builder = builder.with_filter(p);
         }
         let scan = builder.build().map_err(iceberg_err)?;
-        let tasks: Vec<_> = scan
+        let mut tasks: Vec<_> = scan
             .plan_files()
             .await
             .map_err(iceberg_err)?
@@ -241,6 +242,7 @@ impl IcebergTableProvider {
             .try_collect()
             .await
             .map_err(iceberg_err)?;
+        narrow_position_deletes(&self.table, snapshot, &mut tasks).await?;
         let total_files = snapshot
             .summary()
             .additional_properties

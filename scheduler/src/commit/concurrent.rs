@@ -20,6 +20,7 @@ use super::isolation::IsolationLevel;
 use super::manifests::read_manifest_list;
 use super::validation::{validate, Conflict, ConflictKind, HeadView, SnapshotChangesView};
 use crate::catalog::manifests::load_manifests;
+use crate::catalog::narrow_position_deletes;
 
 /// Validates a statement that read `base` and removes `removed` against
 /// every snapshot `head` (the table as reloaded) committed since.
@@ -140,16 +141,21 @@ async fn head_view(
     if let ConflictFilter::Rows(predicate) = &context.conflict_filter {
         scan = scan.with_filter(predicate.clone());
     }
-    let tasks = scan
+    let mut tasks: Vec<_> = scan
         .build()
         .map_err(iceberg_err)?
         .plan_files()
         .await
+        .map_err(iceberg_err)?
+        .try_collect()
+        .await
         .map_err(iceberg_err)?;
+    // A position delete file another writer added applies only to the data
+    // files it names, as in Iceberg's own validation.
+    narrow_position_deletes(head, snapshot, &mut tasks).await?;
     let depends_on =
         |path: &str| removed.contains(path) || context.deletes_added_for.contains(path);
-    let mut tasks = std::pin::pin!(tasks);
-    while let Some(task) = tasks.try_next().await.map_err(iceberg_err)? {
+    for task in tasks {
         if depends_on(&task.data_file_path) && !task.deletes.is_empty() {
             let deletes: Vec<String> = task.deletes.iter().map(|d| d.file_path.clone()).collect();
             view.deletes_for

@@ -591,16 +591,23 @@ async fn read_with_row_ids(
     files.add(1);
     let deletes = loader.for_file(&path, &task.deletes).await?;
     let batches = read_live_rows_in(file_io, task, deletes, batch_size, bytes, selection)?;
+    // One view of one buffer holding exactly the path (a builder's buffer
+    // would have a block's capacity, which every batch taking from it, and
+    // every concatenation of such batches, would count again).
+    let path_view: arrow::array::ArrayRef = Arc::new(arrow::array::StringViewArray::try_new(
+        vec![arrow::array::builder::make_view(path.as_bytes(), 0, 0)].into(),
+        vec![arrow::buffer::Buffer::from(path.as_bytes())],
+        None,
+    )?);
     Ok(batches
         .map(move |live| {
             let live = live?;
             let batch = conform(&data_schema, live.batch)?;
             let n = batch.num_rows();
             let mut columns = batch.columns().to_vec();
-            columns.push(Arc::new(arrow::array::StringArray::from(vec![
-                path.as_str();
-                n
-            ])));
+            // `_file`: n views of one copy of the path (not n copies).
+            let first = arrow::array::UInt32Array::from(vec![0; n]);
+            columns.push(arrow::compute::take(&path_view, &first, None)?);
             columns.push(Arc::new(live.positions));
             Ok(RecordBatch::try_new(out_schema.clone(), columns)?)
         })

@@ -7,10 +7,10 @@
 //! | column | type | meaning |
 //! |---|---|---|
 //! | [`OP_COLUMN`] | Int8 | the action, a [`MergeOp`] code |
-//! | [`FILE_COLUMN`] | Utf8 | row id: the data file path exactly as in the manifest (NULL for inserts) |
+//! | [`FILE_COLUMN`] | Utf8View (Utf8 accepted) | row id: the data file path exactly as in the manifest (NULL for inserts) |
 //! | [`POS_COLUMN`] | Int64 | row id: 0-based row position in that file (NULL for inserts) |
 //! | [`KEY_COLUMN`] | Utf8 | the target row's ON-key values, for error messages |
-//! | [`ROUTE_COLUMN`] | Utf8 | the writer partition key: the data file, or a spread value for inserts |
+//! | [`ROUTE_COLUMN`] | Utf8View or Utf8 | the writer partition key: the data file, or a spread value for inserts |
 //!
 //! [`FILE_COLUMN`] and [`POS_COLUMN`] are also the row-id columns the MERGE
 //! target scan (stage A) appends after the table's columns.

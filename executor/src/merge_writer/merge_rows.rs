@@ -5,17 +5,30 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, Int64Array, Int8Array, RecordBatch, StringArray, UInt32Array};
-use arrow::datatypes::{Int64Type, Int8Type, Schema, SchemaRef};
+use arrow::array::{
+    Array, AsArray, Int64Array, Int8Array, RecordBatch, StringArray, StringViewArray, UInt32Array,
+};
+use arrow::datatypes::{DataType, Int64Type, Int8Type, Schema, SchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use icemerge_proto::merge_rows::{MergeOp, FILE_COLUMN, KEY_COLUMN, OP_COLUMN, POS_COLUMN};
 
 use icemerge_proto::error::{internal, invalid_input};
 
+/// The `_file` column as string views (the row-id scan makes views; a
+/// plan may have turned them into plain strings on the way).
+fn file_views(column: &arrow::array::ArrayRef) -> Result<StringViewArray> {
+    if column.data_type() == &DataType::Utf8View {
+        return Ok(column.as_string_view().clone());
+    }
+    Ok(arrow::compute::cast(column, &DataType::Utf8View)?
+        .as_string_view()
+        .clone())
+}
+
 /// The merge-row contract columns of one batch, and its target columns.
 pub(crate) struct MergeRows {
     pub ops: Int8Array,
-    files: Option<StringArray>,
+    files: Option<StringViewArray>,
     positions: Option<Int64Array>,
     keys: Option<StringArray>,
     /// The target columns (they come last), in the table's types.
@@ -114,7 +127,7 @@ impl MergeRowReader {
         let column = |name: &str| batch.column_by_name(name);
         Ok(MergeRows {
             ops,
-            files: column(FILE_COLUMN).map(|c| c.as_string::<i32>().clone()),
+            files: column(FILE_COLUMN).map(file_views).transpose()?,
             positions: column(POS_COLUMN).map(|c| c.as_primitive::<Int64Type>().clone()),
             keys: column(KEY_COLUMN).map(|c| c.as_string::<i32>().clone()),
             values: self.values(batch)?,

@@ -23,6 +23,7 @@ use super::delete_scope::narrow_position_deletes;
 use super::snapshot_schema::{promoted_columns, without_columns, SnapshotSchema};
 use iceberg::expr::Predicate;
 use iceberg::table::Table;
+use icemerge_executor::deletes::refuse_deletion_vector;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::scan_exec::{bin_pack, IcebergScanExec};
 use icemerge_executor::write_exec::IcebergWriteExec;
@@ -96,12 +97,14 @@ impl IcebergTableProvider {
         self
     }
 
-    /// The same table with `_file` (Utf8) and `_pos` (Int64) after its columns.
+    /// The same table with `_file` (Utf8View: every row's view points at
+    /// the one copy of its file's path) and `_pos` (Int64) after its
+    /// columns.
     pub fn with_row_ids(mut self) -> Self {
         let mut fields: Vec<_> = self.schema.fields().iter().cloned().collect();
         fields.push(Arc::new(arrow::datatypes::Field::new(
             FILE_COLUMN,
-            arrow::datatypes::DataType::Utf8,
+            arrow::datatypes::DataType::Utf8View,
             false,
         )));
         fields.push(Arc::new(arrow::datatypes::Field::new(
@@ -242,6 +245,14 @@ impl IcebergTableProvider {
             .try_collect()
             .await
             .map_err(iceberg_err)?;
+        // A deletion vector of the partition is refused by name before the
+        // narrowing could leave it off the files that are read (a table
+        // with deletion vectors is read nowhere, as before).
+        for task in &tasks {
+            for delete in &task.deletes {
+                refuse_deletion_vector(&self.name, &task.data_file_path, &delete.file_path)?;
+            }
+        }
         narrow_position_deletes(&self.table, snapshot, &mut tasks).await?;
         let total_files = snapshot
             .summary()

@@ -37,10 +37,14 @@ mod outcome;
 use std::sync::Arc;
 
 use arrow::compute::SortOptions;
+use arrow::datatypes::DataType;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
-use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::expressions::{CastExpr, Column};
+use datafusion::physical_expr::projection::ProjectionExpr;
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
@@ -251,6 +255,11 @@ fn writer_stage(
     targets: TargetFiles,
     table: WriterTable<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    let classified = if mode == WriteMode::CopyOnWrite && changes_rows {
+        file_paths_as_strings(classified)?
+    } else {
+        classified
+    };
     let route = classified.schema().index_of(ROUTE_COLUMN)?;
     let exchange = Arc::new(RepartitionExec::try_new(
         classified,
@@ -290,4 +299,29 @@ fn writer_stage(
             exchange,
         )),
     })
+}
+
+/// `input` with `_file` (and the route made from it) as plain strings
+/// (Utf8) instead of the row-id scan's views of one path buffer per
+/// file, before the exchange to the
+/// copy-on-write writer: its sort by `_file` spills and merges plain
+/// strings within its budget, where views taken from many batches are
+/// counted once per batch that shares their buffers.
+fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = input.schema();
+    let exprs: Vec<ProjectionExpr> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, field)| {
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
+            let expr: Arc<dyn PhysicalExpr> = if field.data_type() == &DataType::Utf8View {
+                Arc::new(CastExpr::new(column, DataType::Utf8, None))
+            } else {
+                column
+            };
+            ProjectionExpr::new(expr, field.name().clone())
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
 }

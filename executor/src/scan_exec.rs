@@ -347,7 +347,10 @@ impl ExecutionPlan for IcebergScanExec {
     }
 
     /// Row counts from the manifest entries (an upper bound when delete
-    /// files apply), so that joins build their hash table on the smaller side.
+    /// files apply) and the bytes those rows take in memory, estimated from
+    /// the scan's columns, so that joins build their hash table on the
+    /// smaller side: a MERGE's row-id scan of a few key columns is narrower
+    /// than a wide source of as many rows.
     fn partition_statistics(&self, partition: Option<usize>) -> Result<Statistics> {
         let tasks: Vec<&FileScanTask> = match partition {
             Some(p) => self.groups.get(p).into_iter().flatten().collect(),
@@ -357,9 +360,28 @@ impl ExecutionPlan for IcebergScanExec {
         if let Some(rows) = tasks.iter().map(|t| t.record_count).sum::<Option<u64>>() {
             let rows = self.limit.map_or(rows as usize, |l| l.min(rows as usize));
             statistics.num_rows = Precision::Inexact(rows);
+            statistics.total_byte_size =
+                Precision::Inexact(rows.saturating_mul(estimated_row_width(&self.schema)));
         }
         Ok(statistics)
     }
+}
+
+/// Bytes a row of `schema` takes in Arrow memory: a fixed-width value its
+/// width, a string or binary view 16 bytes (the row-id scan's `_file`
+/// views share one copy of the path), any other value an assumed 32 bytes
+/// (the manifests hold no in-memory sizes).
+fn estimated_row_width(schema: &arrow::datatypes::Schema) -> usize {
+    use arrow::datatypes::DataType;
+    schema
+        .fields()
+        .iter()
+        .map(|field| match field.data_type() {
+            DataType::Boolean => 1,
+            DataType::Utf8View | DataType::BinaryView => 16,
+            other => other.primitive_width().unwrap_or(32),
+        })
+        .sum()
 }
 
 /// What each unit of one scan task is read with.

@@ -3,7 +3,8 @@
 //! completes with exact results, and so does a copy-on-write merge whose
 //! writer input is larger than the budget; a merge that cannot fit fails with an
 //! error naming the budget, leaving the table and the warehouse as they
-//! were.
+//! were. A MERGE's join builds its hash table on the side that takes fewer
+//! bytes.
 
 use std::path::Path;
 
@@ -11,7 +12,7 @@ use icemerge_planner::explain::{ExplainDocument, StageKind};
 use icemerge_proto::error::{ErrorKind, IcemergeError};
 use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
-use icemerge_tests::{parquet_files, query, ENGINES};
+use icemerge_tests::{open_session, parquet_files, query, ENGINES};
 
 async fn open(warehouse: &Path, engine: EngineKind, limit: &str) -> Session {
     open_with(warehouse, engine, limit, 4).await
@@ -171,6 +172,59 @@ async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
             .await,
             vec![vec!["400000", "1400003", "400000", "0"]],
             "{engine:?}"
+        );
+    }
+}
+
+/// The HashJoinExec line of `EXPLAIN <merge>`.
+async fn join_line(session: &Session, merge: &str) -> String {
+    query(session, &format!("EXPLAIN {merge}"))
+        .await
+        .into_iter()
+        .map(|row| row[0].clone())
+        .find(|line| line.contains("HashJoinExec"))
+        .unwrap_or_else(|| panic!("no join in EXPLAIN {merge}"))
+}
+
+/// A MERGE's join holds its build side in memory: it builds on the side
+/// that takes fewer bytes. A wide source of as many rows as the target
+/// builds on the target's row-id scan (its key and row ids); a narrow
+/// source, on the source (the join as written, source first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        session
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT); \
+                 CREATE TABLE db.wide (id BIGINT, a STRING, b STRING, c STRING, d STRING, \
+                   e STRING, f STRING); \
+                 INSERT INTO db.t SELECT value, value * 2 FROM generate_series(1, 10000); \
+                 INSERT INTO db.wide SELECT value + 5000, 'a', 'b', 'c', 'd', 'e', 'f' \
+                   FROM generate_series(1, 10000)",
+            )
+            .await
+            .unwrap();
+        let wide = join_line(
+            &session,
+            "MERGE INTO db.t t USING db.wide s ON t.id = s.id \
+             WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, length(s.a || s.f))",
+        )
+        .await;
+        assert!(
+            wide.contains("join_type=Right"),
+            "{engine:?}: a wide source builds on the target: {wide}"
+        );
+        let narrow = join_line(
+            &session,
+            "MERGE INTO db.t t USING (SELECT id FROM db.wide WHERE id < 5100) s ON t.id = s.id \
+             WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 0)",
+        )
+        .await;
+        assert!(
+            narrow.contains("join_type=Left"),
+            "{engine:?}: a narrow source builds on the source: {narrow}"
         );
     }
 }

@@ -70,8 +70,11 @@ impl TableFunctionImpl for ReadFileFunction {
             )));
         }
         let url = ListingTableUrl::parse(absolute.to_string_lossy())?;
-        let options =
-            ListingOptions::new(format).with_file_extension(if is_dir { extension } else { "" });
+        // Statistics from the files' footers (Parquet: rows and bytes), so
+        // that a join builds its hash table on the smaller side.
+        let options = ListingOptions::new(format)
+            .with_file_extension(if is_dir { extension } else { "" })
+            .with_collect_stat(true);
         let config = self.config.clone();
         let name = self.name();
         // Schema inference reads file footers: async work inside a sync call.

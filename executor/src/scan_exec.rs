@@ -32,7 +32,7 @@ use iceberg::Runtime;
 use icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN};
 
 use crate::counted_rows::{countable, empty_rows, live_row_count};
-use crate::deletes::{refuse_deletion_vector, DeleteLoader};
+use crate::deletes::DeleteLoader;
 use crate::file_io::{file_io_from_props, StorageProps};
 use crate::iceberg_err;
 use crate::live_rows::read_live_rows_in;
@@ -310,7 +310,6 @@ impl ExecutionPlan for IcebergScanExec {
             _ => None,
         };
         let context = UnitContext {
-            table: self.table.clone(),
             file_io,
             batch_size,
             data_schema,
@@ -387,7 +386,6 @@ fn estimated_row_width(schema: &arrow::datatypes::Schema) -> usize {
 /// What each unit of one scan task is read with.
 #[derive(Clone)]
 struct UnitContext {
-    table: String,
     file_io: iceberg::io::FileIO,
     batch_size: usize,
     /// The scan's columns without the row ids.
@@ -418,7 +416,6 @@ async fn read_unit(
     context: UnitContext,
 ) -> Result<futures::stream::BoxStream<'static, Result<RecordBatch>>> {
     let UnitContext {
-        table,
         file_io,
         batch_size,
         data_schema,
@@ -430,11 +427,6 @@ async fn read_unit(
         row_groups_pruned,
         files_pruned,
     } = context;
-    for task in &unit {
-        for delete in &task.deletes {
-            refuse_deletion_vector(&table, &task.data_file_path, &delete.file_path)?;
-        }
-    }
     if let (true, Some(loader)) = (row_ids, &deletes) {
         let [task] = <[FileScanTask; 1]>::try_from(unit)
             .map_err(|_| internal("a row-id scan reads one file at a time"))?;

@@ -245,9 +245,9 @@ impl IcebergTableProvider {
             .try_collect()
             .await
             .map_err(iceberg_err)?;
-        // A deletion vector of the partition is refused by name before the
-        // narrowing could leave it off the files that are read (a table
-        // with deletion vectors is read nowhere, as before).
+        // Deletion vectors are refused by name here, for every scan on
+        // both engines, before the narrowing could leave one off the files
+        // that are read: a partition with deletion vectors is never read.
         for task in &tasks {
             for delete in &task.deletes {
                 refuse_deletion_vector(&self.name, &task.data_file_path, &delete.file_path)?;

@@ -302,11 +302,10 @@ fn writer_stage(
 }
 
 /// `input` with `_file` (and the route made from it) as plain strings
-/// (Utf8) instead of the row-id scan's views of one path buffer per
-/// file, before the exchange to the
-/// copy-on-write writer: its sort by `_file` spills and merges plain
-/// strings within its budget, where views taken from many batches are
-/// counted once per batch that shares their buffers.
+/// (Utf8) instead of the row-id scan's views of one path buffer per file,
+/// before the exchange to the copy-on-write writer: its sort by `_file`
+/// spills and merges plain strings within its budget, where views taken
+/// from many batches are counted once per batch that shares their buffers.
 fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let schema = input.schema();
     let exprs: Vec<ProjectionExpr> = schema

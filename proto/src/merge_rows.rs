@@ -12,6 +12,9 @@
 //! | [`KEY_COLUMN`] | Utf8 | the target row's ON-key values, for error messages |
 //! | [`ROUTE_COLUMN`] | Utf8View or Utf8 | the writer partition key: the data file, or a spread value for inserts |
 //!
+//! The exchange into stage D partitions the rows by [`ROUTE_COLUMN`] and
+//! drops it: a writer reads the other columns.
+//!
 //! [`FILE_COLUMN`] and [`POS_COLUMN`] are also the row-id columns the MERGE
 //! target scan (stage A) appends after the table's columns.
 

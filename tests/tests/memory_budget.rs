@@ -109,7 +109,8 @@ async fn a_sort_beyond_the_budget_spills_and_a_merge_beyond_it_fails_cleanly() {
 
 /// A copy-on-write merge updating half the rows of a table larger than the
 /// budget completes: the writer's input, sorted by data file, spills
-/// (EXPLAIN ANALYZE's writer stage says so) and each file is rewritten as
+/// compressed files (EXPLAIN ANALYZE's writer stage says so: fewer bytes
+/// than the rows it spilled) and each file is rewritten as
 /// soon as its changes are complete; the rows are exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
@@ -159,6 +160,15 @@ async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
         assert!(
             writer.spill_count > 0 && writer.spilled_bytes > 0,
             "{engine:?}: the writer's sort did not spill: {json}"
+        );
+        // Spill files are compressed: each spilled row carries a string of
+        // 250 repeated bytes (and its file's path), far more than it takes
+        // on disk.
+        assert!(
+            writer.spilled_rows > 0 && writer.spilled_bytes < writer.spilled_rows * 250 / 4,
+            "{engine:?}: {} bytes spilled for {} rows: {json}",
+            writer.spilled_bytes,
+            writer.spilled_rows
         );
         assert_eq!(writer.rows_in, Some(200_000), "{engine:?}");
         drop(small);

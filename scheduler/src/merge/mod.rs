@@ -242,8 +242,9 @@ struct WriterTable<'a> {
 }
 
 /// Stage D: the exchange that sends every merge row of one data file to one
-/// writer (inserts, which have no file, spread by the route column), and
-/// the writer of the table's write mode on top. A copy-on-write writer of a
+/// writer (inserts, which have no file, spread by the route column, which
+/// the writers do not read and which is dropped once the rows are
+/// routed), and the writer of the table's write mode on top. A copy-on-write writer of a
 /// merge that changes target rows gets its rows sorted by data file (a
 /// sort that spills under the memory budget), so it rewrites each file as
 /// soon as its changes are complete and holds one file's changes at a time.
@@ -261,13 +262,13 @@ fn writer_stage(
         classified
     };
     let route = classified.schema().index_of(ROUTE_COLUMN)?;
-    let exchange = Arc::new(RepartitionExec::try_new(
+    let exchange = without_route(Arc::new(RepartitionExec::try_new(
         classified,
         Partitioning::Hash(
             vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
             writers.max(1),
         ),
-    )?);
+    )?))?;
     let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
     let write_id = table.write_id.to_string();
     Ok(match mode {
@@ -301,11 +302,30 @@ fn writer_stage(
     })
 }
 
-/// `input` with `_file` (and the route made from it) as plain strings
-/// (Utf8) instead of the row-id scan's views of one path buffer per file,
-/// before the exchange to the copy-on-write writer: its sort by `_file`
-/// spills and merges plain strings within its budget, where views taken
-/// from many batches are counted once per batch that shares their buffers.
+/// The routed merge rows without their route: the copy-on-write writer's
+/// sort by data file would otherwise hold, spill and merge a second copy
+/// of each row's path.
+fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    let schema = routed.schema();
+    let exprs: Vec<ProjectionExpr> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .filter(|(_, field)| field.name() != ROUTE_COLUMN)
+        .map(|(i, field)| {
+            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
+            ProjectionExpr::new(column, field.name().clone())
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, routed)?))
+}
+
+/// `input` with `_file` as plain strings (Utf8) instead of the row-id
+/// scan's views of one path buffer per file, before the exchange to the
+/// copy-on-write writer: its sort by `_file` spills and merges plain
+/// strings within its budget, where views taken from many batches are
+/// counted once per batch that shares their buffers. The route made from
+/// `_file` stays a view: it is hashed by the exchange, then dropped.
 fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     let schema = input.schema();
     let exprs: Vec<ProjectionExpr> = schema
@@ -314,11 +334,12 @@ fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execut
         .enumerate()
         .map(|(i, field)| {
             let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
-            let expr: Arc<dyn PhysicalExpr> = if field.data_type() == &DataType::Utf8View {
-                Arc::new(CastExpr::new(column, DataType::Utf8, None))
-            } else {
-                column
-            };
+            let expr: Arc<dyn PhysicalExpr> =
+                if field.name() == FILE_COLUMN && field.data_type() == &DataType::Utf8View {
+                    Arc::new(CastExpr::new(column, DataType::Utf8, None))
+                } else {
+                    column
+                };
             ProjectionExpr::new(expr, field.name().clone())
         })
         .collect();

@@ -242,12 +242,12 @@ struct WriterTable<'a> {
 }
 
 /// Stage D: the exchange that sends every merge row of one data file to one
-/// writer (inserts, which have no file, spread by the route column, which
-/// the writers do not read and which is dropped once the rows are
-/// routed), and the writer of the table's write mode on top. A copy-on-write writer of a
-/// merge that changes target rows gets its rows sorted by data file (a
-/// sort that spills under the memory budget), so it rewrites each file as
-/// soon as its changes are complete and holds one file's changes at a time.
+/// writer (inserts, which have no file, spread by the route column; the
+/// route is dropped once the rows are routed), and the writer of the
+/// table's write mode on top. A copy-on-write writer of a merge that
+/// changes target rows gets its rows sorted by data file (a sort that
+/// spills under the memory budget), so it rewrites each file as soon as
+/// its changes are complete and holds one file's changes at a time.
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,

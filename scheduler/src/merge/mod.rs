@@ -37,7 +37,7 @@ mod outcome;
 use std::sync::Arc;
 
 use arrow::compute::SortOptions;
-use arrow::datatypes::DataType;
+use arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
@@ -306,18 +306,9 @@ fn writer_stage(
 /// sort by data file would otherwise hold, spill and merge a second copy
 /// of each row's path.
 fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    let schema = routed.schema();
-    let exprs: Vec<ProjectionExpr> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .filter(|(_, field)| field.name() != ROUTE_COLUMN)
-        .map(|(i, field)| {
-            let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
-            ProjectionExpr::new(column, field.name().clone())
-        })
-        .collect();
-    Ok(Arc::new(ProjectionExec::try_new(exprs, routed)?))
+    projected(routed, |field, column| {
+        (field.name() != ROUTE_COLUMN).then_some(column)
+    })
 }
 
 /// `input` with `_file` as plain strings (Utf8) instead of the row-id
@@ -327,20 +318,32 @@ fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan
 /// counted once per batch that shares their buffers. The route made from
 /// `_file` stays a view: it is hashed by the exchange, then dropped.
 fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    projected(input, |field, column| {
+        Some(
+            if field.name() == FILE_COLUMN && field.data_type() == &DataType::Utf8View {
+                Arc::new(CastExpr::new(column, DataType::Utf8, None))
+            } else {
+                column
+            },
+        )
+    })
+}
+
+/// A projection of `input` keeping each column's name: `expr` gets each
+/// field and its column and returns the expression that replaces it, or
+/// `None` to drop it.
+fn projected(
+    input: Arc<dyn ExecutionPlan>,
+    expr: impl Fn(&Field, Arc<dyn PhysicalExpr>) -> Option<Arc<dyn PhysicalExpr>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     let schema = input.schema();
     let exprs: Vec<ProjectionExpr> = schema
         .fields()
         .iter()
         .enumerate()
-        .map(|(i, field)| {
+        .filter_map(|(i, field)| {
             let column: Arc<dyn PhysicalExpr> = Arc::new(Column::new(field.name(), i));
-            let expr: Arc<dyn PhysicalExpr> =
-                if field.name() == FILE_COLUMN && field.data_type() == &DataType::Utf8View {
-                    Arc::new(CastExpr::new(column, DataType::Utf8, None))
-                } else {
-                    column
-                };
-            ProjectionExpr::new(expr, field.name().clone())
+            expr(field, column).map(|e| ProjectionExpr::new(e, field.name().clone()))
         })
         .collect();
     Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))

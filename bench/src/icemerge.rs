@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args as ClapArgs, ValueEnum};
+use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions, StatementOutput};
 use serde_json::{json, Map, Value};
 
@@ -93,12 +94,16 @@ pub struct ChildArgs {
     /// Run `EXPLAIN ANALYZE` of the MERGE instead and print it to stderr.
     #[arg(long)]
     pub explain_analyze: bool,
+    /// The merge's memory budget (default: icemerge's default).
+    #[arg(long)]
+    pub memory_limit: Option<MemoryBudget>,
 }
 
 pub(crate) async fn open(
     warehouse: &Path,
     engine: EngineKind,
     executors: usize,
+    memory_limit: Option<MemoryBudget>,
 ) -> Result<Session> {
     Ok(Session::open(SessionOptions {
         catalog: CatalogOptions {
@@ -109,7 +114,7 @@ pub(crate) async fn open(
         engine,
         executors: Some(executors),
         target_partitions: None,
-        ..Default::default()
+        memory_limit,
     })
     .await?)
 }
@@ -135,12 +140,13 @@ pub(crate) async fn engine_session(
     warehouse: &Path,
     engine: Engine,
     executors: usize,
+    memory_limit: Option<MemoryBudget>,
 ) -> Result<Session> {
     Ok(match engine {
         Engine::Local => local,
         Engine::Cluster => {
             drop(local);
-            open(warehouse, EngineKind::Cluster, executors).await?
+            open(warehouse, EngineKind::Cluster, executors, memory_limit).await?
         }
     })
 }
@@ -167,7 +173,7 @@ pub(crate) fn first_row(out: &StatementOutput) -> Map<String, Value> {
 /// The child: load a fresh table, time one MERGE, print one JSON line.
 pub async fn child_main(args: ChildArgs) -> Result<()> {
     let load_start = Instant::now();
-    let local = open(&args.warehouse, EngineKind::Local, 1).await?;
+    let local = open(&args.warehouse, EngineKind::Local, 1, args.memory_limit).await?;
     local
         .execute(&format!(
             "CREATE SCHEMA db; CREATE TABLE db.t ({}){}",
@@ -177,7 +183,14 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
         .await?;
     load_files(&local, &args.target_dir, args.files).await?;
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let session = engine_session(local, &args.warehouse, args.engine, args.executors).await?;
+    let session = engine_session(
+        local,
+        &args.warehouse,
+        args.engine,
+        args.executors,
+        args.memory_limit,
+    )
+    .await?;
     let reset = process::reset_peak_rss();
     let sql = if args.explain_analyze {
         format!("EXPLAIN ANALYZE {}", args.sql)
@@ -248,6 +261,7 @@ pub fn run(
     executors: usize,
     sql: &str,
     explain_analyze: bool,
+    memory_limit: Option<MemoryBudget>,
 ) -> Result<(Run, String)> {
     let warehouse = tempfile::Builder::new()
         .prefix(&format!("wh-{}-{}-", engine.name(), mode.name()))
@@ -265,6 +279,9 @@ pub fn run(
         .args(["--sql", sql]);
     if explain_analyze {
         cmd.arg("--explain-analyze");
+    }
+    if let Some(limit) = memory_limit {
+        cmd.args(["--memory-limit", &limit.bytes().to_string()]);
     }
     let done = process::run(cmd, Duration::from_secs(3600))?;
     if !done.success {

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
+use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
 
 use crate::cases::Case;
@@ -84,6 +85,10 @@ struct Args {
     /// Executors of the in-process cluster.
     #[arg(long, default_value_t = 2)]
     executors: usize,
+    /// icemerge's memory budget in each merge process (e.g. `2GiB`;
+    /// default: icemerge's default, half the machine's RAM).
+    #[arg(long)]
+    memory_limit: Option<MemoryBudget>,
     /// Peers, comma separated (empty for none): delta, duckdb, pyiceberg
     /// (through peers.py), spark and spark_mor (Spark 3.5 + Iceberg on a
     /// copy-on-write / merge-on-read table, through bench/spark_peer.py).
@@ -322,6 +327,7 @@ async fn run_case(
                     args.executors,
                     &sql,
                     false,
+                    args.memory_limit,
                 )?;
                 eprintln!(
                     "  icemerge {} {} run {i}: {:.3}s (load {:.1}s, count {}) rss {} MiB {:?}",
@@ -439,6 +445,7 @@ async fn run(args: Args) -> Result<()> {
                     args.executors,
                     &sql,
                     true,
+                    args.memory_limit,
                 )?;
                 println!(
                     "== {} {} {}: {:.3}s\n{text}",

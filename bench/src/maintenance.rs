@@ -92,7 +92,7 @@ pub struct ChildArgs {
 /// The child: build the table, time the procedure, print one JSON line.
 pub async fn child_main(args: ChildArgs) -> Result<()> {
     let load_start = Instant::now();
-    let local = open(&args.warehouse, EngineKind::Local, 1).await?;
+    let local = open(&args.warehouse, EngineKind::Local, 1, None).await?;
     let (table, call) = match args.job {
         Job::Compact => {
             local
@@ -122,7 +122,7 @@ pub async fn child_main(args: ChildArgs) -> Result<()> {
         }
     };
     let load_seconds = load_start.elapsed().as_secs_f64();
-    let session = engine_session(local, &args.warehouse, args.engine, args.executors).await?;
+    let session = engine_session(local, &args.warehouse, args.engine, args.executors, None).await?;
     let start = Instant::now();
     let out = session.execute_one(call).await?;
     let seconds = start.elapsed().as_secs_f64();

@@ -13,7 +13,10 @@
 //!   (`dynamic_pruning`);
 //! - B: source scan — whatever DataFusion plans for the USING relation;
 //! - C: join / classify — DataFusion's hash join (keys from the ON
-//!   equalities, the rest as join filter) and the classification projection
+//!   equalities, the rest as join filter), or on the local engine its
+//!   sort-merge join when the hash join's build side is estimated at more
+//!   than a quarter of the memory budget (`join_strategy`), and the
+//!   classification projection
 //!   (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
@@ -31,6 +34,7 @@
 mod checks;
 mod dynamic_pruning;
 mod insert_routes;
+mod join_strategy;
 mod metadata_delete;
 mod outcome;
 
@@ -106,7 +110,10 @@ pub struct PlannedMerge {
 }
 
 /// Plans `statement` (a MERGE, or an UPDATE or DELETE bound as one)
-/// against `base` (the target at its current snapshot).
+/// against `base` (the target at its current snapshot). With
+/// `hash_join_budget` (the bytes every partition's hash table is built in
+/// at once: the local engine's budget), a join whose build side would not
+/// fit a quarter of it is a sort-merge join (`join_strategy`).
 pub async fn plan_merge(
     ctx: &datafusion::prelude::SessionContext,
     statement: RowLevelStatement,
@@ -114,6 +121,7 @@ pub async fn plan_merge(
     table_name: String,
     file_io_props: std::collections::HashMap<String, String>,
     writers: usize,
+    hash_join_budget: Option<usize>,
 ) -> Result<PlannedMerge> {
     let bound = bind_merge(statement)?;
     let isolation_property = match bound.kind {
@@ -180,7 +188,8 @@ pub async fn plan_merge(
             RowLevelKind::Delete => exact_delete_predicate(&logical, &relation),
             _ => None,
         };
-        let physical = ctx.state().create_physical_plan(&logical).await?;
+        let physical =
+            join_strategy::plan_with_join_in_budget(ctx, &logical, hash_join_budget).await?;
         Ok::<_, datafusion::error::DataFusionError>((
             physical,
             deterministic_source,

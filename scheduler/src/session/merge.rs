@@ -192,6 +192,7 @@ impl Session {
             name,
             self.catalog.file_io_props.clone(),
             writers,
+            self.hash_join_budget(),
         )
         .await?;
         planned.schema_evolved_from = schema_evolved_from;

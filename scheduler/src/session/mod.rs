@@ -45,6 +45,7 @@ use arrow::record_batch::RecordBatch;
 use datafusion::common::config::SpillCompression;
 use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
+use datafusion::execution::memory_pool::MemoryLimit;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SendableRecordBatchStream, SessionStateBuilder};
 use datafusion::logical_expr::dml::InsertOp;
@@ -316,6 +317,19 @@ impl Session {
     /// when the number grew while it executed.
     pub fn plans_started(&self) -> u64 {
         self.plan_runs.load(Ordering::SeqCst)
+    }
+
+    /// The memory a MERGE's hash join builds every partition's table in at
+    /// once: the local engine's budget. None on a cluster, whose tasks
+    /// build a partition each, in turns (`merge::join_strategy`).
+    fn hash_join_budget(&self) -> Option<usize> {
+        match (
+            &self.engine,
+            self.ctx.runtime_env().memory_pool.memory_limit(),
+        ) {
+            (Engine::Local, MemoryLimit::Finite(bytes)) => Some(bytes),
+            _ => None,
+        }
     }
 
     /// `local` or `cluster`.

@@ -278,8 +278,8 @@ async fn a_merge_whose_source_outgrows_a_quarter_of_the_budget_joins_by_sort_mer
                 .await
                 .unwrap();
             drop(session);
-            // Two partitions: with one, DataFusion plans no sort-merge
-            // join (every join builds one hash table).
+            // Two partitions (a session of one is planned over two for a
+            // sort-merge join anyway, as checked below).
             let session = open_with(dir.path(), engine, limit, 2).await;
             session
                 .execute_one("SET datafusion.execution.batch_size = 1024")
@@ -287,6 +287,16 @@ async fn a_merge_whose_source_outgrows_a_quarter_of_the_budget_joins_by_sort_mer
                 .unwrap();
             let line = join_line(&session, MERGE).await;
             assert!(line.contains(join), "{engine:?} {limit}: {line}");
+            if join == "SortMergeJoinExec" {
+                // A session of one partition, where DataFusion would build
+                // a hash table for every join, is planned over two.
+                let single = open_with(dir.path(), engine, limit, 1).await;
+                let line = join_line(&single, MERGE).await;
+                assert!(
+                    line.contains(join),
+                    "{engine:?} {limit}, one partition: {line}"
+                );
+            }
             if join != "SortMergeJoinExec" && limit == "48MiB" {
                 // The cluster's hash join needs more than 48 MiB here: the
                 // error asks for more memory or more executors.

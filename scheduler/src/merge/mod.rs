@@ -16,8 +16,7 @@
 //!   equalities, the rest as join filter), or on the local engine its
 //!   sort-merge join when the hash join's build side is estimated at more
 //!   than a quarter of the memory budget (`join_strategy`), and the
-//!   classification projection
-//!   (`icemerge_planner::merge::classify_sql`);
+//!   classification projection (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
 //!   the table's `write.merge.mode` is `merge-on-read`; either also fails

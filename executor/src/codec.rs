@@ -190,10 +190,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     scan.limit.map(|l| l as usize),
                 )
                 .with_dynamic_predicate(scan.dynamic_predicate);
-                Ok(Arc::new(if scan.row_ids {
-                    exec.with_row_ids()
-                } else {
-                    exec
+                Ok(Arc::new(match (scan.row_ids, scan.merge_target) {
+                    (true, _) => exec.with_row_ids(),
+                    (false, true) => exec.as_merge_target(),
+                    (false, false) => exec,
                 }))
             }
             Some(Node::Write(write)) => {
@@ -251,6 +251,7 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 limit: scan.limit.map(|l| l as u64),
                 row_ids: scan.row_ids,
                 dynamic_predicate: scan.dynamic_predicate.clone(),
+                merge_target: scan.merge_target,
             })
         } else if let Some(write) = node.as_any().downcast_ref::<IcebergWriteExec>() {
             Node::Write(WriteNode {

@@ -59,6 +59,10 @@ pub struct IcebergScanExec {
     /// Adds the row id columns `_file` and `_pos` (MERGE's target scan; the
     /// names are `icemerge_proto::merge_rows::{FILE_COLUMN, POS_COLUMN}`).
     pub row_ids: bool,
+    /// The scan of a MERGE's (UPDATE's, DELETE's) target: with row ids, or
+    /// without when the statement only inserts and reads the ON columns
+    /// alone (an anti join).
+    pub merge_target: bool,
     /// Every predicate that pruned this scan's files (pushed filters and
     /// dynamic pruning together), as planned on the coordinator; not
     /// shipped to executors, which do not need it. A MERGE's commit
@@ -100,6 +104,7 @@ impl IcebergScanExec {
             dynamic_predicate: String::new(),
             limit,
             row_ids: false,
+            merge_target: false,
             pruned_by: None,
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
@@ -110,6 +115,13 @@ impl IcebergScanExec {
     /// (`schema` must then end with those two fields).
     pub fn with_row_ids(mut self) -> Self {
         self.row_ids = true;
+        self.merge_target = true;
+        self
+    }
+
+    /// The same scan, marked as a MERGE's target scan (`merge_target`).
+    pub fn as_merge_target(mut self) -> Self {
+        self.merge_target = true;
         self
     }
 
@@ -148,6 +160,7 @@ impl IcebergScanExec {
         .with_dynamic_predicate(self.dynamic_predicate.clone())
         .with_pruned_by(self.pruned_by.clone());
         scan.row_ids = self.row_ids;
+        scan.merge_target = self.merge_target;
         scan
     }
 
@@ -206,6 +219,8 @@ impl DisplayAs for IcebergScanExec {
         }
         if self.row_ids {
             write!(f, ", row_ids=[{FILE_COLUMN}, {POS_COLUMN}]")?;
+        } else if self.merge_target {
+            write!(f, ", merge_target=keys only")?;
         }
         let cols: Vec<_> = self
             .schema

@@ -17,13 +17,17 @@
 //!
 //! Those are the merge rows the writer reads: their column names and
 //! operation codes are `icemerge_proto::merge_rows`.
+//!
+//! An insert-only merge joins the source LEFT ANTI the target instead: it
+//! reads the target's ON columns alone, its rows carry no row id and no key.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{
-    AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction, MergeClauseKind,
-    MergeInsertKind, ObjectName, Statement, TableFactor,
+    visit_expressions, AssignmentTarget, BinaryOperator, Expr, Ident, Merge, MergeAction,
+    MergeClauseKind, MergeInsertKind, ObjectName, Statement, TableFactor,
 };
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -527,7 +531,13 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
         )));
     }
     let matched = format!("({t}.{FILE_COLUMN} IS NOT NULL AND {s}.{SOURCE_MARK} IS NOT NULL)");
-    let not_matched = format!("({t}.{FILE_COLUMN} IS NULL)");
+    // An insert-only merge keeps just the source rows no target row
+    // matches (an anti join, `classify_sql`): every row it sees is one.
+    let not_matched = if bound.insert_only {
+        "TRUE".to_string()
+    } else {
+        format!("({t}.{FILE_COLUMN} IS NULL)")
+    };
     let by_source = format!("({s}.{SOURCE_MARK} IS NULL)");
 
     let column_set: HashSet<&str> = columns.iter().map(String::as_str).collect();
@@ -552,6 +562,12 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
             }
             other => other.keyword().to_uppercase(),
         };
+        if matches!(
+            clause.clause_kind,
+            MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
+        ) {
+            refuse_target_references(&clause_name, clause, &bound.target_alias)?;
+        }
         let set = match bound.kind {
             RowLevelKind::Merge => "UPDATE SET",
             _ => "SET",
@@ -678,6 +694,39 @@ fn build_branches(bound: &BoundMerge, columns: &[String]) -> Result<Branches> {
     })
 }
 
+/// A WHEN NOT MATCHED clause acts on a source row that no target row
+/// matches: its condition and its INSERT values see the source alone, as
+/// in Spark and Trino. A `t.col` of the target there is refused.
+fn refuse_target_references(
+    clause_name: &str,
+    clause: &datafusion::sql::sqlparser::ast::MergeClause,
+    target_alias: &str,
+) -> Result<()> {
+    let mut exprs: Vec<&Expr> = clause.predicate.iter().collect();
+    if let MergeAction::Insert(insert) = &clause.action {
+        if let MergeInsertKind::Values(values) = &insert.kind {
+            exprs.extend(values.rows.iter().flatten());
+        }
+    }
+    for expr in exprs {
+        let found = visit_expressions(expr, |e: &Expr| match e {
+            Expr::CompoundIdentifier(parts)
+                if parts.len() >= 2 && ident_value(&parts[0]) == target_alias =>
+            {
+                ControlFlow::Break(e.to_string())
+            }
+            _ => ControlFlow::Continue(()),
+        });
+        if let ControlFlow::Break(reference) = found {
+            return Err(invalid_input(format!(
+                "{clause_name}: '{reference}' refers to the target, which a WHEN NOT MATCHED \
+                 clause has no row of; its condition and INSERT values may use source columns only"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The clauses as CASE branches, with the relation names they use.
 struct Branches {
     /// Quoted target alias.
@@ -766,17 +815,30 @@ pub fn classify_sql(
         sql.push_str(&format!(" ELSE {otherwise} END"));
         sql
     };
+    // An insert-only merge reads no target row: its rows have no row id,
+    // and no key is reported (a duplicate match needs a matched clause).
+    let insert_only = bound.kind == RowLevelKind::Merge && bound.insert_only;
+    let (file, pos, key) = if insert_only {
+        (
+            "CAST(NULL AS VARCHAR)".to_string(),
+            "CAST(NULL AS BIGINT)".to_string(),
+            "CAST(NULL AS VARCHAR)".to_string(),
+        )
+    } else {
+        (
+            format!("{t}.{FILE_COLUMN}"),
+            format!("{t}.{POS_COLUMN}"),
+            key_expr(&merge.on, &bound.target_alias, columns),
+        )
+    };
     let mut select = vec![
         format!(
             "CAST({} AS TINYINT) AS {OP_COLUMN}",
             case(&|b| (b.op as i8).to_string(), &NO_OP.to_string())
         ),
-        format!("{t}.{FILE_COLUMN} AS {FILE_COLUMN}"),
-        format!("{t}.{POS_COLUMN} AS {POS_COLUMN}"),
-        format!(
-            "{} AS {KEY_COLUMN}",
-            key_expr(&merge.on, &bound.target_alias, columns)
-        ),
+        format!("{file} AS {FILE_COLUMN}"),
+        format!("{pos} AS {POS_COLUMN}"),
+        format!("{key} AS {KEY_COLUMN}"),
     ];
     for (i, c) in columns.iter().enumerate() {
         select.push(format!(
@@ -797,12 +859,23 @@ pub fn classify_sql(
         FILE_COLUMN.to_string(),
         POS_COLUMN.to_string(),
         KEY_COLUMN.to_string(),
-        format!("COALESCE({FILE_COLUMN}, {spread}) AS {ROUTE_COLUMN}"),
+        if insert_only {
+            format!("{spread} AS {ROUTE_COLUMN}")
+        } else {
+            format!("COALESCE({FILE_COLUMN}, {spread}) AS {ROUTE_COLUMN}")
+        },
     ]
     .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
-    let rows = if bound.kind == RowLevelKind::Merge {
+    let rows = if insert_only {
+        // The source rows no target row matches: the target side of the
+        // join carries the ON columns only, no row ids.
+        format!(
+            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} LEFT ANTI JOIN {target_relation} AS {t} ON {}",
+            merge.on
+        )
+    } else if bound.kind == RowLevelKind::Merge {
         // The source comes first: a hash join builds on its first input
         // unless statistics show that one is the larger, and a MERGE's
         // source is usually far smaller than its target.

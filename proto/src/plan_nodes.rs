@@ -77,6 +77,9 @@ pub struct ScanNode {
     /// Predicate from a MERGE source's key values that pruned files, for display.
     #[prost(string, tag = "9")]
     pub dynamic_predicate: String,
+    /// A MERGE's target scan (with or without row ids).
+    #[prost(bool, tag = "10")]
+    pub merge_target: bool,
 }
 
 /// `IcebergWriteExec`: writes its input as data files of one table.

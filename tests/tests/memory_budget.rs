@@ -199,7 +199,9 @@ async fn join_line(session: &Session, merge: &str) -> String {
 /// A MERGE's join holds its build side in memory: it builds on the side
 /// that takes fewer bytes. A wide source of as many rows as the target
 /// builds on the target's row-id scan (its key and row ids); a narrow
-/// source, on the source (the join as written, source first).
+/// source, on the source (the join as written, source first). An
+/// insert-only merge is an anti join that reads the target's key alone,
+/// and builds on the narrower side too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
     for engine in ENGINES {
@@ -216,26 +218,30 @@ async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
             )
             .await
             .unwrap();
-        let wide = join_line(
-            &session,
-            "MERGE INTO db.t t USING db.wide s ON t.id = s.id \
-             WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, length(s.a || s.f))",
-        )
-        .await;
-        assert!(
-            wide.contains("join_type=Right"),
-            "{engine:?}: a wide source builds on the target: {wide}"
-        );
-        let narrow = join_line(
-            &session,
-            "MERGE INTO db.t t USING (SELECT id FROM db.wide WHERE id < 5100) s ON t.id = s.id \
-             WHEN NOT MATCHED THEN INSERT (id, v) VALUES (s.id, 0)",
-        )
-        .await;
-        assert!(
-            narrow.contains("join_type=Left"),
-            "{engine:?}: a narrow source builds on the source: {narrow}"
-        );
+        let joins = |source: &str, insert: &str| {
+            [
+                format!(
+                    "MERGE INTO db.t t USING {source} s ON t.id = s.id \
+                     WHEN MATCHED THEN DELETE WHEN NOT MATCHED THEN INSERT (id, v) VALUES {insert}"
+                ),
+                format!(
+                    "MERGE INTO db.t t USING {source} s ON t.id = s.id \
+                     WHEN NOT MATCHED THEN INSERT (id, v) VALUES {insert}"
+                ),
+            ]
+        };
+        let [wide, wide_insert_only] = joins("db.wide", "(s.id, length(s.a || s.f))");
+        let [narrow, narrow_insert_only] =
+            joins("(SELECT id FROM db.wide WHERE id < 5100)", "(s.id, 0)");
+        for (merge, join) in [
+            (wide, "join_type=Right,"),
+            (wide_insert_only, "join_type=RightAnti,"),
+            (narrow, "join_type=Left,"),
+            (narrow_insert_only, "join_type=LeftAnti,"),
+        ] {
+            let line = join_line(&session, &merge).await;
+            assert!(line.contains(join), "{engine:?}: {merge}: {line}");
+        }
     }
 }
 

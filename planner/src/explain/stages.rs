@@ -148,6 +148,13 @@ fn scans_row_ids(node: &Arc<dyn ExecutionPlan>) -> bool {
         .is_some_and(|scan| scan.row_ids)
 }
 
+/// The target's scan of an insert-only merge: its ON columns, no row ids.
+fn scans_target_keys(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.as_any()
+        .downcast_ref::<IcebergScanExec>()
+        .is_some_and(|scan| scan.merge_target && !scan.row_ids)
+}
+
 /// The classification: a projection computing the merge rows' operation.
 fn classifies(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.as_any().is::<ProjectionExec>() && node.schema().column_with_name(OP_COLUMN).is_some()
@@ -175,6 +182,8 @@ fn kind_and_role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> (StageKi
         (StageKind::Join, "join / classify")
     } else if has(scans_row_ids) {
         (StageKind::ScanTarget, "scan target (row-id)")
+    } else if has(scans_target_keys) {
+        (StageKind::ScanTarget, "scan target (ON columns)")
     } else if has(|n| n.as_any().is::<IcebergWriteExec>()) {
         (StageKind::Writer, "writer")
     } else if inputs.is_empty() {

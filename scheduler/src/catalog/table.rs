@@ -41,7 +41,10 @@ pub struct IcebergTableProvider {
     pub table: Table,
     pub schema: SchemaRef,
     pub file_io_props: HashMap<String, String>,
-    /// Scans also emit the row id columns `_file` and `_pos` (MERGE target).
+    /// The MERGE target: scans emit the row id columns `_file` and `_pos`
+    /// when the projection asks for them (last); a projection without them
+    /// (an insert-only merge's anti join) is a plain scan marked as the
+    /// target's (`IcebergScanExec::merge_target`).
     pub row_ids: bool,
     /// Prunes files (never rows) with this predicate too: a MERGE's dynamic
     /// pruning from its source's key values.
@@ -125,20 +128,26 @@ impl IcebergTableProvider {
         limit: Option<usize>,
         target_partitions: usize,
     ) -> Result<IcebergScanExec> {
-        if let (true, Some(p)) = (self.row_ids, projection) {
-            let n = self.schema.fields().len();
-            if p.len() < 2 || p[p.len() - 2..] != [n - 2, n - 1] {
-                return Err(internal(format!(
-                    "row-id scan of {} must project _file and _pos last, got {p:?}",
-                    self.name
-                )));
+        let merge_target = self.row_ids;
+        let row_ids = match (self.row_ids, projection) {
+            (true, Some(p)) => {
+                let n = self.schema.fields().len();
+                let (file, pos) = (p.contains(&(n - 2)), p.contains(&(n - 1)));
+                if (file || pos) && (p.len() < 2 || p[p.len() - 2..] != [n - 2, n - 1]) {
+                    return Err(internal(format!(
+                        "row-id scan of {} must project _file and _pos last, got {p:?}",
+                        self.name
+                    )));
+                }
+                file
             }
-        }
+            (row_ids, _) => row_ids,
+        };
         let schema = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
-        let data_fields = schema.fields().len() - if self.row_ids { 2 } else { 0 };
+        let data_fields = schema.fields().len() - if row_ids { 2 } else { 0 };
         let columns: Vec<String> = schema.fields()[..data_fields]
             .iter()
             .map(|f| f.name().clone())
@@ -170,17 +179,16 @@ impl IcebergTableProvider {
         };
         let promoted = promoted_columns(metadata, &read_schema);
         let predicate = predicate.and_then(|p| without_columns(&p, &promoted));
-        let row_ids = self.row_ids;
         let prunes_only = self.pruning.is_some();
         let pruned_by = predicate.clone();
         let finish = move |exec: IcebergScanExec| {
             let exec = exec
                 .with_dynamic_predicate(dynamic_text)
                 .with_pruned_by(pruned_by);
-            if row_ids {
-                exec.with_row_ids()
-            } else {
-                exec
+            match (row_ids, merge_target) {
+                (true, _) => exec.with_row_ids(),
+                (false, true) => exec.as_merge_target(),
+                (false, false) => exec,
             }
         };
         let Some(snapshot) = snapshot else {
@@ -205,7 +213,7 @@ impl IcebergTableProvider {
             None => (columns.clone(), predicate),
         };
         let mut builder = self.table.scan().snapshot_id(snapshot.snapshot_id());
-        if self.row_ids {
+        if row_ids {
             // Positions count every row of a file: no row-level filtering.
             builder = builder
                 .with_row_group_filtering_enabled(false)

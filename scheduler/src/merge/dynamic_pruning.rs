@@ -222,7 +222,7 @@ pub(crate) fn with_target_provider(
     .map(|t| t.data)
 }
 
-/// What the plan's row-id scan of the target reads.
+/// What the plan's scan of the target reads.
 pub(super) struct ScannedTargets {
     /// The record count and delete files of every data file it reads.
     pub files: TargetFiles,
@@ -232,7 +232,7 @@ pub(super) struct ScannedTargets {
     pub pruned_by: Option<Predicate>,
 }
 
-/// The files the plan's row-id scan of the target reads (with their record
+/// The files the plan's scan of the target reads (with their record
 /// counts and delete files) and what pruned the others.
 pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
     let mut rows = HashMap::new();
@@ -242,7 +242,7 @@ pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
     let mut scans = 0;
     let _ = plan.apply(|node| {
         if let Some(scan) = node.as_any().downcast_ref::<IcebergScanExec>() {
-            if scan.row_ids {
+            if scan.merge_target {
                 scans += 1;
                 pruned += scan.files_pruned;
                 pruned_by = scan.pruned_by.clone();

@@ -10,7 +10,8 @@
 //! - A: target scan (row-id) — `IcebergScanExec` with `_file` / `_pos`, all
 //!   tasks reading the snapshot pinned at plan time; its files are pruned by
 //!   ON conjuncts on the target alone and by the source's key values
-//!   (`dynamic_pruning`);
+//!   (`dynamic_pruning`); an insert-only merge's scan reads the ON columns
+//!   alone, without row ids, for its anti join;
 //! - B: source scan — whatever DataFusion plans for the USING relation;
 //! - C: join / classify — DataFusion's hash join (keys from the ON
 //!   equalities, the rest as join filter), or on the local engine its

@@ -141,13 +141,15 @@ impl ExecutionEngine for FreshPlanEngine {
         let fresh = node.try_into_physical_plan(&state.task_ctx(), &self.codec)?;
         let fresh = read_each_map_output_once(fresh)?;
         let stage = self.inner.create_query_stage_exec(
-            job_id,
+            job_id.clone(),
             stage_id,
             partition_id,
             fresh,
             work_dir,
             config,
         )?;
-        Ok(Arc::new(MeasuredStage::new(stage)))
+        Ok(Arc::new(MeasuredStage::new(
+            stage, work_dir, job_id, stage_id,
+        )))
     }
 }

@@ -1,14 +1,18 @@
 //! A Ballista task's own figures, reported beside its operators' metrics:
-//! the shuffle output it wrote (bytes and rows of its files, as Ballista's
-//! shuffle writer returns them) and when it started and ended. They travel
+//! the shuffle output it wrote (the rows Ballista's shuffle writer returns,
+//! and the bytes of the files it wrote, measured on disk: the sort-based
+//! writer returns the in-memory size of its batches before their LZ4
+//! compression instead) and when it started and ended. They travel
 //! in the task's first metrics set (its shuffle writer's), marked by the
 //! [`TASK`] counter: the list keeps one set per operator of the stage plan,
 //! as Ballista expects when it combines a stage's metrics with its plan.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ballista_core::execution_plans::create_shuffle_path;
 use ballista_core::serde::protobuf::ShuffleWritePartition;
 use ballista_executor::execution_engine::QueryStageExecutor;
 use datafusion::error::Result;
@@ -17,7 +21,7 @@ use datafusion::physical_plan::metrics::{Count, Metric, MetricValue, MetricsSet,
 
 /// Counter naming the task's own set (value 1).
 pub const TASK: &str = "icemerge_task";
-/// Bytes of the shuffle files the task wrote.
+/// Bytes of the shuffle files the task wrote, on disk.
 pub const SHUFFLE_BYTES: &str = "task_shuffle_bytes";
 /// Rows of the shuffle files the task wrote.
 pub const SHUFFLE_ROWS: &str = "task_shuffle_rows";
@@ -26,6 +30,11 @@ pub const SHUFFLE_ROWS: &str = "task_shuffle_rows";
 #[derive(Debug)]
 pub struct MeasuredStage {
     inner: Arc<dyn QueryStageExecutor>,
+    /// Where the task's shuffle files are: the executor's work dir, the
+    /// job and the stage.
+    work_dir: String,
+    job_id: String,
+    stage_id: usize,
     shuffle_bytes: Count,
     shuffle_rows: Count,
     start: Timestamp,
@@ -33,9 +42,17 @@ pub struct MeasuredStage {
 }
 
 impl MeasuredStage {
-    pub fn new(inner: Arc<dyn QueryStageExecutor>) -> Self {
+    pub fn new(
+        inner: Arc<dyn QueryStageExecutor>,
+        work_dir: &str,
+        job_id: String,
+        stage_id: usize,
+    ) -> Self {
         Self {
             inner,
+            work_dir: work_dir.to_string(),
+            job_id,
+            stage_id,
             shuffle_bytes: Count::new(),
             shuffle_rows: Count::new(),
             start: Timestamp::new(),
@@ -76,6 +93,33 @@ impl fmt::Display for MeasuredStage {
     }
 }
 
+impl MeasuredStage {
+    /// The bytes of the shuffle files behind `partitions`, each file once
+    /// (the sort-based writer puts every partition of a task in one file);
+    /// Ballista's own figure for a partition whose file cannot be read.
+    fn bytes_on_disk(&self, partitions: &[ShuffleWritePartition]) -> u64 {
+        let mut files = HashSet::new();
+        partitions
+            .iter()
+            .map(|p| {
+                let path = create_shuffle_path(
+                    &self.work_dir,
+                    &self.job_id,
+                    self.stage_id,
+                    p.partition_id as usize,
+                    p.file_id,
+                    p.is_sort_shuffle,
+                );
+                match path {
+                    Ok(path) if !files.insert(path.clone()) => 0,
+                    Ok(path) => std::fs::metadata(&path).map_or(p.num_bytes, |m| m.len()),
+                    Err(_) => p.num_bytes,
+                }
+            })
+            .sum()
+    }
+}
+
 #[async_trait]
 impl QueryStageExecutor for MeasuredStage {
     async fn execute_query_stage(
@@ -90,8 +134,9 @@ impl QueryStageExecutor for MeasuredStage {
             .await;
         self.end.record();
         if let Ok(partitions) = &result {
+            self.shuffle_bytes
+                .add(self.bytes_on_disk(partitions) as usize);
             for p in partitions {
-                self.shuffle_bytes.add(p.num_bytes as usize);
                 self.shuffle_rows.add(p.num_rows as usize);
             }
         }

@@ -190,10 +190,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     scan.limit.map(|l| l as usize),
                 )
                 .with_dynamic_predicate(scan.dynamic_predicate);
-                Ok(Arc::new(match (scan.row_ids, scan.merge_target) {
-                    (true, _) => exec.with_row_ids(),
-                    (false, true) => exec.as_merge_target(),
-                    (false, false) => exec,
+                Ok(Arc::new(if scan.merge_target || scan.row_ids {
+                    exec.as_merge_target(scan.row_ids)
+                } else {
+                    exec
                 }))
             }
             Some(Node::Write(write)) => {

@@ -111,17 +111,12 @@ impl IcebergScanExec {
         }
     }
 
-    /// The same scan, emitting `_file` and `_pos` after the table columns
+    /// The same scan as a MERGE's target scan (`merge_target`); with
+    /// `row_ids`, emitting `_file` and `_pos` after the table columns
     /// (`schema` must then end with those two fields).
-    pub fn with_row_ids(mut self) -> Self {
-        self.row_ids = true;
+    pub fn as_merge_target(mut self, row_ids: bool) -> Self {
         self.merge_target = true;
-        self
-    }
-
-    /// The same scan, marked as a MERGE's target scan (`merge_target`).
-    pub fn as_merge_target(mut self) -> Self {
-        self.merge_target = true;
+        self.row_ids = row_ids;
         self
     }
 

@@ -185,10 +185,10 @@ impl IcebergTableProvider {
             let exec = exec
                 .with_dynamic_predicate(dynamic_text)
                 .with_pruned_by(pruned_by);
-            match (row_ids, merge_target) {
-                (true, _) => exec.with_row_ids(),
-                (false, true) => exec.as_merge_target(),
-                (false, false) => exec,
+            if merge_target {
+                exec.as_merge_target(row_ids)
+            } else {
+                exec
             }
         };
         let Some(snapshot) = snapshot else {

@@ -1,7 +1,8 @@
 //! Target pruning of MERGE on a table of 40 data files (ids 100·f .. 100·f+99
 //! in file f, region 'r' || f % 4), on both engines: the source's key values
 //! prune the target scan (distinct values, or a min/max range when there are
-//! many), ON conjuncts on the target alone prune it statically, NOT MATCHED
+//! many; from a Parquet source's footer statistics without reading it), ON
+//! conjuncts on the target alone prune it statically, NOT MATCHED
 //! BY SOURCE turns pruning off, an insert-only merge rewrites nothing and
 //! appends one file, and a file whose rows are all deleted is dropped unread.
 //! Inside a file, the row-id scan reads only the row groups whose statistics
@@ -85,7 +86,7 @@ async fn source_keys_in_two_files_scan_and_rewrite_only_those() {
         assert_eq!(figure(&f, "files_scanned"), 2, "{engine:?}:\n{text}");
         assert_eq!(figure(&f, "updated"), 100, "{engine:?}:\n{text}");
         assert!(
-            text.contains("dynamic_pruning=(id >= 1000) AND (id <= 1198)"),
+            text.contains("dynamic_pruning=(id >= 1000) AND (id <= 1198) from probe"),
             "{engine:?}:\n{text}"
         );
         // Few distinct keys: listed one by one, so the files between the two
@@ -116,6 +117,89 @@ async fn source_keys_in_two_files_scan_and_rewrite_only_those() {
         assert_eq!(
             query(&session, "SELECT count(*), sum(v) FROM db.t").await,
             vec![vec!["4001", "305"]],
+            "{engine:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_parquet_source_prunes_from_its_footer_statistics_unprobed() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        let source = dir.path().join("source.parquet");
+        session
+            .execute(&format!(
+                "COPY (SELECT 1000 + 2 * value AS id, value AS w FROM generate_series(0, 99)) \
+                 TO '{}' STORED AS PARQUET",
+                source.display()
+            ))
+            .await
+            .unwrap();
+        // 100 rows, keys 1000..1198 in the footer: the range comes from the
+        // statistics, and the job is the only read of the source.
+        let (text, f) = analyze(
+            &session,
+            &format!(
+                "MERGE INTO db.t USING read_parquet('{}') AS s ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET v = s.w",
+                source.display()
+            ),
+        )
+        .await;
+        assert!(
+            text.contains("dynamic_pruning=(id >= 1000) AND (id <= 1198) from statistics"),
+            "{engine:?}:\n{text}"
+        );
+        assert_eq!(figure(&f, "files_scanned"), 2, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 100, "{engine:?}:\n{text}");
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["4000", "4950"]],
+            "{engine:?}"
+        );
+
+        // A computed key, or a filtered source, has no exact bounds in the
+        // footer: the source is probed, and the range is the probed one.
+        for (using, range, updated) in [
+            (
+                format!(
+                    "(SELECT id + 2900 AS id, w FROM read_parquet('{}'))",
+                    source.display()
+                ),
+                "(id >= 3900) AND (id <= 4098) from probe",
+                50,
+            ),
+            (
+                format!(
+                    "(SELECT id, w FROM read_parquet('{}') WHERE w >= 20)",
+                    source.display()
+                ),
+                "(id >= 1040) AND (id <= 1198) from probe",
+                80,
+            ),
+        ] {
+            let (text, f) = analyze(
+                &session,
+                &format!(
+                    "MERGE INTO db.t USING {using} AS s ON t.id = s.id
+                     WHEN MATCHED THEN UPDATE SET v = 0"
+                ),
+            )
+            .await;
+            assert!(
+                text.contains(&format!("dynamic_pruning={range}")),
+                "{engine:?} {using}:\n{text}"
+            );
+            assert_eq!(
+                figure(&f, "updated"),
+                updated,
+                "{engine:?} {using}:\n{text}"
+            );
+        }
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["4000", "190"]],
             "{engine:?}"
         );
     }

@@ -49,6 +49,9 @@ pub struct IcebergTableProvider {
     /// Prunes files (never rows) with this predicate too: a MERGE's dynamic
     /// pruning from its source's key values.
     pub pruning: Option<Predicate>,
+    /// Where `pruning` came from, shown after it in EXPLAIN (`from
+    /// statistics`, `from probe`).
+    pub pruning_origin: Option<&'static str>,
     /// The snapshot read instead of the current one (time travel); such a
     /// table cannot be written.
     pub snapshot_id: Option<i64>,
@@ -76,6 +79,7 @@ impl IcebergTableProvider {
             file_io_props,
             row_ids: false,
             pruning: None,
+            pruning_origin: None,
             snapshot_id: None,
         })
     }
@@ -97,6 +101,13 @@ impl IcebergTableProvider {
     /// that cannot hold a row satisfying it are not read).
     pub fn with_pruning(mut self, predicate: Predicate) -> Self {
         self.pruning = Some(predicate);
+        self
+    }
+
+    /// The same table, saying in EXPLAIN where its pruning predicate came
+    /// from.
+    pub fn with_pruning_origin(mut self, origin: &'static str) -> Self {
+        self.pruning_origin = Some(origin);
         self
     }
 
@@ -160,7 +171,10 @@ impl IcebergTableProvider {
         let dynamic_text = self
             .pruning
             .as_ref()
-            .map(|p| p.to_string())
+            .map(|p| match self.pruning_origin {
+                Some(origin) => format!("{p} from {origin}"),
+                None => p.to_string(),
+            })
             .unwrap_or_default();
         let predicate = match (predicate, self.pruning.clone()) {
             (Some(p), Some(d)) => Some(p.and(d)),

@@ -2,12 +2,20 @@
 //!
 //! Before the target scan is planned, the source side of the classification
 //! plan (the same logical subtree the join will read, with the same pinned
-//! tables) is probed: its row count and, per ON key `t.col = <source
+//! tables) gives its row count and, per ON key `t.col = <source
 //! expression>`, the min and max of the expression and, when there are at
 //! most [`DISTINCT_LIMIT`] of them, its distinct values. They become a
 //! predicate on the target's key columns that iceberg's planner prunes data
 //! files with (partition values and column bounds); rows are never filtered
 //! by it. The row count bounds the rows the merge can insert.
+//!
+//! The source is not read for them when its plan knows them: a source of
+//! Parquet files (`read_parquet`, an external table) has exact row counts
+//! and per-column min / max in its footers, so when it has more than
+//! [`DISTINCT_LIMIT`] rows and every key is a bare integer column, the range
+//! comes from those statistics and the job is the one read of the source.
+//! Otherwise (an expression as key, a filtered subquery, VALUES, an Iceberg
+//! table, few rows) the source is probed by queries before the job.
 //!
 //! Skipped when a `WHEN NOT MATCHED BY SOURCE` clause needs every target row
 //! (no probe then) and when the source is not deterministic (a second read
@@ -17,6 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema};
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
@@ -47,7 +56,14 @@ pub struct SourceKeys {
     /// Predicate on the target's columns that every matching target row
     /// satisfies; `None` when no key could be used.
     pub predicate: Option<Predicate>,
+    /// Where they came from, as EXPLAIN says after the predicate.
+    pub origin: &'static str,
 }
+
+/// [`SourceKeys::origin`] of keys read from the source plan's statistics.
+pub const FROM_STATISTICS: &str = "statistics";
+/// [`SourceKeys::origin`] of keys the source was queried for.
+pub const FROM_PROBE: &str = "probe";
 
 /// Runs `probe` over `source` (the source side of the merge's join).
 /// `None` when the source is not deterministic.
@@ -66,6 +82,9 @@ pub async fn probe_source_keys(
         .iter()
         .map(|e| frame.parse_sql_expr(e))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(keys) = keys_from_statistics(&frame, probe, &keys, target).await? {
+        return Ok(Some(keys));
+    }
     let mut aggregates = vec![count(lit(1)).alias("__rows")];
     for (i, key) in keys.iter().enumerate() {
         aggregates.push(min(key.clone()).alias(format!("__min_{i}")));
@@ -92,6 +111,7 @@ pub async fn probe_source_keys(
             return Ok(Some(SourceKeys {
                 rows,
                 predicate: Some(Predicate::AlwaysFalse),
+                origin: FROM_PROBE,
             }));
         }
         let target_type = target.field_with_name(column)?.data_type();
@@ -120,6 +140,67 @@ pub async fn probe_source_keys(
     Ok(Some(SourceKeys {
         rows,
         predicate: to_iceberg_predicate(&conjuncts),
+        origin: FROM_PROBE,
+    }))
+}
+
+/// The source's keys from the statistics of its physical plan, without
+/// reading a row: when the plan knows its exact row count, above
+/// [`DISTINCT_LIMIT`] (a smaller source is probed, it is cheap to read and
+/// may list its keys one by one), and, for every key, a bare source column,
+/// its exact min and max, integers that fit the target column. `None`
+/// otherwise.
+async fn keys_from_statistics(
+    frame: &DataFrame,
+    probe: &SourceKeyProbe,
+    keys: &[Expr],
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
+    let plan = frame.clone().create_physical_plan().await?;
+    let statistics = plan.partition_statistics(None)?;
+    let Precision::Exact(rows) = statistics.num_rows else {
+        return Ok(None);
+    };
+    if rows <= DISTINCT_LIMIT {
+        return Ok(None);
+    }
+    let mut conjuncts = vec![];
+    for (column, key) in probe.columns.iter().zip(keys) {
+        let Expr::Column(source_column) = key else {
+            return Ok(None);
+        };
+        let Ok(index) = frame.schema().index_of_column(source_column) else {
+            return Ok(None);
+        };
+        let Some(bounds) = statistics.column_statistics.get(index) else {
+            return Ok(None);
+        };
+        let (Precision::Exact(low), Precision::Exact(high)) =
+            (&bounds.min_value, &bounds.max_value)
+        else {
+            return Ok(None);
+        };
+        if !low.data_type().is_integer() || !high.data_type().is_integer() {
+            return Ok(None);
+        }
+        let target_type = target.field_with_name(column)?.data_type();
+        let (Some(low), Some(high)) = (
+            as_target_value(low.clone(), target_type),
+            as_target_value(high.clone(), target_type),
+        ) else {
+            return Ok(None);
+        };
+        let column = col(datafusion::common::Column::from_name(column));
+        conjuncts.push(if low == high {
+            column.eq(lit(low))
+        } else {
+            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
+        });
+    }
+    Ok(Some(SourceKeys {
+        rows: rows as u64,
+        predicate: to_iceberg_predicate(&conjuncts),
+        origin: FROM_STATISTICS,
     }))
 }
 

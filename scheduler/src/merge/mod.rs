@@ -174,11 +174,19 @@ pub async fn plan_merge(
             // reads the new snapshot as it would have read the old one.
             (true, None)
         };
-        let logical = match keys.as_ref().and_then(|k| k.predicate.clone()) {
-            Some(predicate) => with_target_provider(
+        let logical = match keys
+            .as_ref()
+            .and_then(|k| Some((k.predicate.clone()?, k.origin)))
+        {
+            Some((predicate, origin)) => with_target_provider(
                 logical,
                 &relation,
-                Arc::new(provider.clone().with_pruning(predicate)),
+                Arc::new(
+                    provider
+                        .clone()
+                        .with_pruning(predicate)
+                        .with_pruning_origin(origin),
+                ),
             )?,
             None => logical,
         };

@@ -1,7 +1,8 @@
 //! Target pruning of MERGE on a table of 40 data files (ids 100·f .. 100·f+99
 //! in file f, region 'r' || f % 4), on both engines: the source's key values
 //! prune the target scan (distinct values, or a min/max range when there are
-//! many; from a Parquet source's footer statistics without reading it), ON
+//! many; from an Iceberg source's manifests or a Parquet source's footers
+//! without reading it), ON
 //! conjuncts on the target alone prune it statically, NOT MATCHED
 //! BY SOURCE turns pruning off, an insert-only merge rewrites nothing and
 //! appends one file, and a file whose rows are all deleted is dropped unread.
@@ -202,6 +203,59 @@ async fn a_parquet_source_prunes_from_its_footer_statistics_unprobed() {
             vec![vec!["4000", "190"]],
             "{engine:?}"
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_iceberg_source_prunes_from_its_manifests_bounds_unprobed() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        // Two data files of keys (1000..1098 and 2000..2098, even) and one
+        // whose keys are all NULL: it has no bounds and no key to match.
+        session
+            .execute(
+                "CREATE TABLE db.src (id BIGINT, w BIGINT);
+                 INSERT INTO db.src SELECT 1000 + 2 * value, value FROM generate_series(0, 49);
+                 INSERT INTO db.src SELECT 2000 + 2 * value, value FROM generate_series(0, 49);
+                 INSERT INTO db.src SELECT NULL, 7 FROM generate_series(0, 9)",
+            )
+            .await
+            .unwrap();
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING db.src AS s ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = s.w + 1",
+        )
+        .await;
+        assert!(
+            text.contains("dynamic_pruning=(id >= 1000) AND (id <= 2098) from statistics"),
+            "{engine:?}:\n{text}"
+        );
+        // Files 10, 20 and the nine between are read; files_scanned counts
+        // the source's three too.
+        assert_eq!(figure(&f, "files_pruned"), 29, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 100, "{engine:?}:\n{text}");
+        assert_eq!(
+            query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+            vec![vec!["4000", "2550"]],
+            "{engine:?}"
+        );
+
+        // Filtered, the source is probed: the range is that of the rows
+        // the filter keeps, not the manifests'.
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING (SELECT * FROM db.src WHERE w >= 10) AS s ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = 0",
+        )
+        .await;
+        assert!(
+            text.contains("dynamic_pruning=(id >= 1020) AND (id <= 2098) from probe"),
+            "{engine:?}:\n{text}"
+        );
+        assert_eq!(figure(&f, "files_pruned"), 29, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 80, "{engine:?}:\n{text}");
     }
 }
 

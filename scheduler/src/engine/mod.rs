@@ -17,6 +17,7 @@
 mod executor_watch;
 mod in_process_cluster;
 mod job_control;
+mod series_scans;
 mod shipped_plan;
 mod stage_figures;
 mod task_ledger;

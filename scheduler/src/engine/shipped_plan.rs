@@ -28,6 +28,8 @@ use icemerge_executor::codec::IcemergePhysicalCodec;
 use icemerge_proto::error::internal;
 use prost::Message;
 
+use super::series_scans::with_series_scans_unprojected;
+
 const MAGIC: &[u8] = b"ICEMERGE-SHIPPED1";
 
 /// A logical leaf carrying a complete physical plan.
@@ -40,6 +42,7 @@ pub struct ShippedPlanNode {
 
 impl ShippedPlanNode {
     pub fn new(plan: Arc<dyn ExecutionPlan>) -> Result<Self> {
+        let plan = with_series_scans_unprojected(plan)?;
         let arrow = plan.schema();
         let mut names = std::collections::HashSet::new();
         let schema = if arrow.fields().iter().all(|f| names.insert(f.name())) {

@@ -9,13 +9,13 @@
 //! files with (partition values and column bounds); rows are never filtered
 //! by it. The row count bounds the rows the merge can insert.
 //!
-//! The source is not read for them when its plan knows them: a source of
-//! Parquet files (`read_parquet`, an external table) has exact row counts
-//! and per-column min / max in its footers, so when it has more than
-//! [`DISTINCT_LIMIT`] rows and every key is a bare integer column, the range
-//! comes from those statistics and the job is the one read of the source.
-//! Otherwise (an expression as key, a filtered subquery, VALUES, an Iceberg
-//! table, few rows) the source is probed by queries before the job.
+//! The source is not read for them when its files' statistics know them
+//! (`source_bounds.rs`: an Iceberg table's manifests, Parquet footers): when
+//! it has more than [`DISTINCT_LIMIT`] rows and every key is a bare integer
+//! column, the range comes from those statistics and the job is the one
+//! read of the source. Otherwise (an expression as key, a filtered
+//! subquery, VALUES, few rows) the source is probed by queries before the
+//! job.
 //!
 //! Skipped when a `WHEN NOT MATCHED BY SOURCE` clause needs every target row
 //! (no probe then) and when the source is not deterministic (a second read
@@ -25,7 +25,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Schema};
-use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::ScalarValue;
 use datafusion::dataframe::DataFrame;
@@ -40,6 +39,7 @@ use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
+use super::source_bounds::{keys_from_manifests, keys_from_statistics};
 use crate::catalog::IcebergTableProvider;
 use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_proto::error::internal;
@@ -82,6 +82,11 @@ pub async fn probe_source_keys(
         .iter()
         .map(|e| frame.parse_sql_expr(e))
         .collect::<Result<Vec<_>>>()?;
+    // An Iceberg table's manifests first: planning the physical scan for
+    // the statistics would read them too, and give no bounds.
+    if let Some(keys) = keys_from_manifests(frame.logical_plan(), probe, &keys, target).await? {
+        return Ok(Some(keys));
+    }
     if let Some(keys) = keys_from_statistics(&frame, probe, &keys, target).await? {
         return Ok(Some(keys));
     }
@@ -144,66 +149,6 @@ pub async fn probe_source_keys(
     }))
 }
 
-/// The source's keys from the statistics of its physical plan, without
-/// reading a row: when the plan knows its exact row count, above
-/// [`DISTINCT_LIMIT`] (a smaller source is probed, it is cheap to read and
-/// may list its keys one by one), and, for every key, a bare source column,
-/// its exact min and max, integers that fit the target column. `None`
-/// otherwise.
-async fn keys_from_statistics(
-    frame: &DataFrame,
-    probe: &SourceKeyProbe,
-    keys: &[Expr],
-    target: &Schema,
-) -> Result<Option<SourceKeys>> {
-    let plan = frame.clone().create_physical_plan().await?;
-    let statistics = plan.partition_statistics(None)?;
-    let Precision::Exact(rows) = statistics.num_rows else {
-        return Ok(None);
-    };
-    if rows <= DISTINCT_LIMIT {
-        return Ok(None);
-    }
-    let mut conjuncts = vec![];
-    for (column, key) in probe.columns.iter().zip(keys) {
-        let Expr::Column(source_column) = key else {
-            return Ok(None);
-        };
-        let Ok(index) = frame.schema().index_of_column(source_column) else {
-            return Ok(None);
-        };
-        let Some(bounds) = statistics.column_statistics.get(index) else {
-            return Ok(None);
-        };
-        let (Precision::Exact(low), Precision::Exact(high)) =
-            (&bounds.min_value, &bounds.max_value)
-        else {
-            return Ok(None);
-        };
-        if !low.data_type().is_integer() || !high.data_type().is_integer() {
-            return Ok(None);
-        }
-        let target_type = target.field_with_name(column)?.data_type();
-        let (Some(low), Some(high)) = (
-            as_target_value(low.clone(), target_type),
-            as_target_value(high.clone(), target_type),
-        ) else {
-            return Ok(None);
-        };
-        let column = col(datafusion::common::Column::from_name(column));
-        conjuncts.push(if low == high {
-            column.eq(lit(low))
-        } else {
-            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
-        });
-    }
-    Ok(Some(SourceKeys {
-        rows: rows as u64,
-        predicate: to_iceberg_predicate(&conjuncts),
-        origin: FROM_STATISTICS,
-    }))
-}
-
 /// Up to `DISTINCT_LIMIT + 1` distinct non-NULL values of `key` as target
 /// values, ascending; empty when one of them does not convert.
 async fn distinct_values(
@@ -237,7 +182,7 @@ async fn distinct_values(
 /// A source key value as a value of the target column's type, when the two
 /// types compare the same way (same type, integers, strings); `None`
 /// otherwise or when it does not fit.
-fn as_target_value(value: ScalarValue, target: &DataType) -> Option<ScalarValue> {
+pub(super) fn as_target_value(value: ScalarValue, target: &DataType) -> Option<ScalarValue> {
     let from = value.data_type();
     let comparable = &from == target
         || (from.is_integer() && target.is_integer())

@@ -37,6 +37,7 @@ mod insert_routes;
 mod join_strategy;
 mod metadata_delete;
 mod outcome;
+mod source_bounds;
 
 use std::sync::Arc;
 

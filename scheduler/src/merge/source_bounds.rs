@@ -1,0 +1,254 @@
+//! The source's ON-key ranges known without reading its rows, for dynamic
+//! pruning (`dynamic_pruning.rs`): an Iceberg table source has record counts
+//! and column bounds in its manifests; a source of Parquet files
+//! (`read_parquet`, an external table) has exact row counts and per-column
+//! min / max in its footers, which DataFusion gives as its physical plan's
+//! statistics. Either gives the range of every key that is a bare integer
+//! column of the source, so the merge's job is the one read of the source.
+//! `None` when they cannot: a computed key, a filtered source, a file
+//! without bounds for a key, at most [`DISTINCT_LIMIT`] rows (a small source
+//! is cheap to probe and may list its keys one by one).
+
+use arrow::datatypes::Schema;
+use datafusion::common::stats::Precision;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::dataframe::DataFrame;
+use datafusion::datasource::source_as_provider;
+use datafusion::error::Result;
+use datafusion::logical_expr::{Expr, LogicalPlan, TableScan};
+use datafusion::prelude::{col, lit};
+use iceberg::expr::Predicate;
+use iceberg::spec::{DataContentType, Datum, ManifestContentType, PrimitiveLiteral, PrimitiveType};
+use icemerge_executor::filter_pushdown::to_iceberg_predicate;
+use icemerge_executor::iceberg_err;
+use icemerge_planner::source_keys::SourceKeyProbe;
+use icemerge_proto::error::io_error;
+
+use super::dynamic_pruning::{as_target_value, SourceKeys, DISTINCT_LIMIT, FROM_STATISTICS};
+use crate::catalog::manifests::{load_manifests, MANIFEST_READ_CONCURRENCY};
+use crate::catalog::IcebergTableProvider;
+
+/// The keys of `source` (an unfiltered scan of an Iceberg table, under
+/// aliases and column projections) from the bounds its snapshot's manifests
+/// record for every live data file, the files' record counts summed as its
+/// rows (an upper bound when delete files remove some).
+pub(super) async fn keys_from_manifests(
+    source: &LogicalPlan,
+    probe: &SourceKeyProbe,
+    keys: &[Expr],
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
+    let mut scan = None;
+    let mut columns = vec![];
+    for key in keys {
+        let Expr::Column(column) = key else {
+            return Ok(None);
+        };
+        let Some((key_scan, name)) = scanned_column(source, column) else {
+            return Ok(None);
+        };
+        if scan.is_some_and(|s: &TableScan| s.table_name != key_scan.table_name) {
+            return Ok(None);
+        }
+        scan = Some(key_scan);
+        columns.push(name);
+    }
+    let Some(scan) = scan else {
+        return Ok(None);
+    };
+    let provider = source_as_provider(&scan.source)?;
+    let Some(provider) = provider.as_any().downcast_ref::<IcebergTableProvider>() else {
+        return Ok(None);
+    };
+    let table = &provider.table;
+    let metadata = table.metadata();
+    let snapshot = match provider.snapshot_id {
+        Some(id) => metadata.snapshot_by_id(id),
+        None => metadata.current_snapshot(),
+    };
+    let Some(snapshot) = snapshot else {
+        return Ok(None);
+    };
+    let schema = snapshot.schema(metadata).map_err(iceberg_err)?;
+    let mut field_ids = vec![];
+    for name in &columns {
+        let Some(field) = schema.field_by_name(name) else {
+            return Ok(None);
+        };
+        field_ids.push(field.id);
+    }
+    let list = table
+        .manifest_list_reader(snapshot)
+        .load()
+        .await
+        .map_err(iceberg_err)?;
+    let data_manifests: Vec<_> = list
+        .entries()
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Data)
+        .collect();
+    let mut rows = 0u64;
+    // Per key: the lowest lower bound and the highest upper bound so far;
+    // `None` while every file read holds only NULL keys.
+    let mut ranges: Vec<Option<(i64, i64)>> = vec![None; field_ids.len()];
+    for chunk in data_manifests.chunks(MANIFEST_READ_CONCURRENCY) {
+        let manifests = load_manifests(table.file_io(), chunk.iter().copied())
+            .await
+            .map_err(|e| io_error(format!("source {}: {e}", provider.name)))?;
+        for manifest in manifests {
+            for entry in manifest.entries().iter().filter(|e| e.is_alive()) {
+                let file = entry.data_file();
+                if file.content_type() != DataContentType::Data {
+                    continue;
+                }
+                rows += file.record_count();
+                for (range, id) in ranges.iter_mut().zip(&field_ids) {
+                    let bounds = (file.lower_bounds().get(id), file.upper_bounds().get(id));
+                    let (low, high) = match bounds {
+                        (Some(low), Some(high)) => match (integer(low), integer(high)) {
+                            (Some(low), Some(high)) => (low, high),
+                            _ => return Ok(None),
+                        },
+                        // Every key of the file is NULL: none can match.
+                        _ if file.null_value_counts().get(id) == Some(&file.record_count()) => {
+                            continue
+                        }
+                        _ => return Ok(None),
+                    };
+                    *range = Some(match *range {
+                        Some((l, h)) => (l.min(low), h.max(high)),
+                        None => (low, high),
+                    });
+                }
+            }
+        }
+    }
+    if rows <= DISTINCT_LIMIT as u64 {
+        return Ok(None);
+    }
+    let mut bounds = vec![];
+    for range in ranges {
+        match range {
+            Some((low, high)) => bounds.push((ScalarValue::from(low), ScalarValue::from(high))),
+            None => {
+                return Ok(Some(SourceKeys {
+                    rows,
+                    predicate: Some(Predicate::AlwaysFalse),
+                    origin: FROM_STATISTICS,
+                }))
+            }
+        }
+    }
+    keys_in_ranges(rows, &probe.columns, bounds, target)
+}
+
+/// The keys of `frame` from the statistics of its physical plan: its exact
+/// row count and, for every key, a bare source column, its exact min and
+/// max (a scan of Parquet files without a filter).
+pub(super) async fn keys_from_statistics(
+    frame: &DataFrame,
+    probe: &SourceKeyProbe,
+    keys: &[Expr],
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
+    let plan = frame.clone().create_physical_plan().await?;
+    let statistics = plan.partition_statistics(None)?;
+    let Precision::Exact(rows) = statistics.num_rows else {
+        return Ok(None);
+    };
+    if rows <= DISTINCT_LIMIT {
+        return Ok(None);
+    }
+    let mut bounds = vec![];
+    for key in keys {
+        let Expr::Column(source_column) = key else {
+            return Ok(None);
+        };
+        let Ok(index) = frame.schema().index_of_column(source_column) else {
+            return Ok(None);
+        };
+        let Some(column) = statistics.column_statistics.get(index) else {
+            return Ok(None);
+        };
+        let (Precision::Exact(low), Precision::Exact(high)) =
+            (&column.min_value, &column.max_value)
+        else {
+            return Ok(None);
+        };
+        if !low.data_type().is_integer() || !high.data_type().is_integer() {
+            return Ok(None);
+        }
+        bounds.push((low.clone(), high.clone()));
+    }
+    keys_in_ranges(rows as u64, &probe.columns, bounds, target)
+}
+
+/// `target_columns[i] BETWEEN bounds[i]` for every key (`=` when the two
+/// bounds are one value), as [`SourceKeys`]; `None` when a bound does not
+/// fit its target column's type.
+fn keys_in_ranges(
+    rows: u64,
+    target_columns: &[String],
+    bounds: Vec<(ScalarValue, ScalarValue)>,
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
+    let mut conjuncts = vec![];
+    for (name, (low, high)) in target_columns.iter().zip(bounds) {
+        let target_type = target.field_with_name(name)?.data_type();
+        let (Some(low), Some(high)) = (
+            as_target_value(low, target_type),
+            as_target_value(high, target_type),
+        ) else {
+            return Ok(None);
+        };
+        let column = col(Column::from_name(name));
+        conjuncts.push(if low == high {
+            column.eq(lit(low))
+        } else {
+            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
+        });
+    }
+    Ok(Some(SourceKeys {
+        rows,
+        predicate: to_iceberg_predicate(&conjuncts),
+        origin: FROM_STATISTICS,
+    }))
+}
+
+/// The table scan under `plan` that `column` of `plan` reads unchanged
+/// (through subquery aliases and projections of columns), and the column's
+/// name in the scanned table; `None` when a filter, a limit, a join or a
+/// computed expression lies between.
+fn scanned_column<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<(&'a TableScan, String)> {
+    let mut index = plan.schema().index_of_column(column).ok()?;
+    let mut node = plan;
+    loop {
+        match node {
+            LogicalPlan::SubqueryAlias(alias) => node = alias.input.as_ref(),
+            LogicalPlan::Projection(projection) => {
+                let Expr::Column(inner) = projection.expr.get(index)?.clone().unalias_nested().data
+                else {
+                    return None;
+                };
+                node = projection.input.as_ref();
+                index = node.schema().index_of_column(&inner).ok()?;
+            }
+            LogicalPlan::TableScan(scan) if scan.filters.is_empty() && scan.fetch.is_none() => {
+                return Some((scan, scan.projected_schema.field(index).name().clone()));
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// An integer bound (`int`, `long`) as an i64.
+fn integer(bound: &Datum) -> Option<i64> {
+    if !matches!(bound.data_type(), PrimitiveType::Int | PrimitiveType::Long) {
+        return None;
+    }
+    match bound.literal() {
+        PrimitiveLiteral::Int(v) => Some(i64::from(*v)),
+        PrimitiveLiteral::Long(v) => Some(*v),
+        _ => None,
+    }
+}

@@ -160,6 +160,32 @@ async fn a_parquet_source_prunes_from_its_footer_statistics_unprobed() {
             "{engine:?}"
         );
 
+        // One row: its one key prunes like a probe's list, unprobed.
+        let one = dir.path().join("one.parquet");
+        session
+            .execute(&format!(
+                "COPY (SELECT CAST(1500 AS BIGINT) AS id, CAST(9 AS BIGINT) AS w) \
+                 TO '{}' STORED AS PARQUET",
+                one.display()
+            ))
+            .await
+            .unwrap();
+        let (text, f) = analyze(
+            &session,
+            &format!(
+                "MERGE INTO db.t USING read_parquet('{}') AS s ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET v = s.w",
+                one.display()
+            ),
+        )
+        .await;
+        assert!(
+            text.contains("dynamic_pruning=id = 1500 from statistics"),
+            "{engine:?}:\n{text}"
+        );
+        assert_eq!(figure(&f, "files_pruned"), 39, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 1, "{engine:?}:\n{text}");
+
         // A computed key, or a filtered source, has no exact bounds in the
         // footer: the source is probed, and the range is the probed one.
         for (using, range, updated) in [
@@ -200,7 +226,7 @@ async fn a_parquet_source_prunes_from_its_footer_statistics_unprobed() {
         }
         assert_eq!(
             query(&session, "SELECT count(*), sum(v) FROM db.t").await,
-            vec![vec!["4000", "190"]],
+            vec![vec!["4000", "199"]],
             "{engine:?}"
         );
     }

@@ -6,8 +6,10 @@
 //! statistics. Either gives the range of every key that is a bare integer
 //! column of the source, so the merge's job is the one read of the source.
 //! `None` when they cannot: a computed key, a filtered source, a file
-//! without bounds for a key, at most [`DISTINCT_LIMIT`] rows (a small source
-//! is cheap to probe and may list its keys one by one).
+//! without bounds for a key, or at most [`DISTINCT_LIMIT`] rows over a range
+//! of keys (a small source is cheap to probe, which lists its keys one by
+//! one); a small source of one key value (a one-row upsert) or of no row
+//! needs no probe either.
 
 use arrow::datatypes::Schema;
 use datafusion::common::stats::Precision;
@@ -123,20 +125,12 @@ pub(super) async fn keys_from_manifests(
             }
         }
     }
-    if rows <= DISTINCT_LIMIT as u64 {
-        return Ok(None);
-    }
     let mut bounds = vec![];
     for range in ranges {
         match range {
             Some((low, high)) => bounds.push((ScalarValue::from(low), ScalarValue::from(high))),
-            None => {
-                return Ok(Some(SourceKeys {
-                    rows,
-                    predicate: Some(Predicate::AlwaysFalse),
-                    origin: FROM_STATISTICS,
-                }))
-            }
+            // No row, or no key that is not NULL: nothing can match.
+            None => return Ok(Some(matching_nothing(rows))),
         }
     }
     keys_in_ranges(rows, &probe.columns, bounds, target)
@@ -156,8 +150,8 @@ pub(super) async fn keys_from_statistics(
     let Precision::Exact(rows) = statistics.num_rows else {
         return Ok(None);
     };
-    if rows <= DISTINCT_LIMIT {
-        return Ok(None);
+    if rows == 0 {
+        return Ok(Some(matching_nothing(0)));
     }
     let mut bounds = vec![];
     for key in keys {
@@ -183,15 +177,29 @@ pub(super) async fn keys_from_statistics(
     keys_in_ranges(rows as u64, &probe.columns, bounds, target)
 }
 
+/// The keys of a source of `rows` rows none of which can match.
+fn matching_nothing(rows: u64) -> SourceKeys {
+    SourceKeys {
+        rows,
+        predicate: Some(Predicate::AlwaysFalse),
+        origin: FROM_STATISTICS,
+    }
+}
+
 /// `target_columns[i] BETWEEN bounds[i]` for every key (`=` when the two
 /// bounds are one value), as [`SourceKeys`]; `None` when a bound does not
-/// fit its target column's type.
+/// fit its target column's type, or when a source of at most
+/// [`DISTINCT_LIMIT`] rows has a range of keys (a probe lists them one by
+/// one, which prunes more).
 fn keys_in_ranges(
     rows: u64,
     target_columns: &[String],
     bounds: Vec<(ScalarValue, ScalarValue)>,
     target: &Schema,
 ) -> Result<Option<SourceKeys>> {
+    if rows <= DISTINCT_LIMIT as u64 && bounds.iter().any(|(low, high)| low != high) {
+        return Ok(None);
+    }
     let mut conjuncts = vec![];
     for (name, (low, high)) in target_columns.iter().zip(bounds) {
         let target_type = target.field_with_name(name)?.data_type();

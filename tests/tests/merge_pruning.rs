@@ -282,6 +282,31 @@ async fn an_iceberg_source_prunes_from_its_manifests_bounds_unprobed() {
         );
         assert_eq!(figure(&f, "files_pruned"), 29, "{engine:?}:\n{text}");
         assert_eq!(figure(&f, "updated"), 80, "{engine:?}:\n{text}");
+
+        // `id` renamed away and a new `id` added since the last write: the
+        // name is the new column's (NULL in every file, no bounds), not the
+        // one the snapshot's schema gives it, so the source is probed and
+        // nothing matches.
+        session
+            .execute(
+                "ALTER TABLE db.src RENAME COLUMN id TO old_id;
+                 ALTER TABLE db.src ADD COLUMN id BIGINT",
+            )
+            .await
+            .unwrap();
+        let files = file_count(&session).await;
+        let (text, f) = analyze(
+            &session,
+            "MERGE INTO db.t USING db.src AS s ON t.id = s.id
+             WHEN MATCHED THEN UPDATE SET v = 5",
+        )
+        .await;
+        assert!(
+            text.contains("dynamic_pruning=FALSE from probe,"),
+            "{engine:?}:\n{text}"
+        );
+        assert_eq!(figure(&f, "files_pruned"), files, "{engine:?}:\n{text}");
+        assert_eq!(figure(&f, "updated"), 0, "{engine:?}:\n{text}");
     }
 }
 

@@ -71,7 +71,13 @@ pub(super) async fn keys_from_manifests(
     let Some(snapshot) = snapshot else {
         return Ok(None);
     };
-    let schema = snapshot.schema(metadata).map_err(iceberg_err)?;
+    // Names resolve as the scan resolves them: the current schema for the
+    // current snapshot (a column renamed since it was written keeps its
+    // field id), a pinned snapshot's own schema for it.
+    let schema = match provider.snapshot_id {
+        Some(_) => snapshot.schema(metadata).map_err(iceberg_err)?,
+        None => metadata.current_schema().clone(),
+    };
     let mut field_ids = vec![];
     for name in &columns {
         let Some(field) = schema.field_by_name(name) else {

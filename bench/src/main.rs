@@ -89,10 +89,11 @@ struct Args {
     /// default: icemerge's default, half the machine's RAM).
     #[arg(long)]
     memory_limit: Option<MemoryBudget>,
-    /// Peers, comma separated (empty for none): delta, duckdb, pyiceberg
-    /// (through peers.py), spark and spark_mor (Spark 3.5 + Iceberg on a
-    /// copy-on-write / merge-on-read table, through bench/spark_peer.py).
-    #[arg(long, default_value = "delta,duckdb,pyiceberg")]
+    /// Peers, comma separated (empty or `none` for none): delta, duckdb,
+    /// pyiceberg (through peers.py), spark and spark_mor (Spark 3.5 +
+    /// Iceberg on a copy-on-write / merge-on-read table, through
+    /// bench/spark_peer.py).
+    #[arg(long, default_value = "delta,duckdb,pyiceberg", value_parser = peer_list)]
     peers: String,
     /// Cases PyIceberg runs (same syntax as --cases) [default: its upsert
     /// cases fixed_cost_one_row, concentrated_upsert and upsert_0.01_0.1 up
@@ -517,6 +518,23 @@ async fn run(args: Args) -> Result<()> {
     report::mode_targets(&mut targets, &scale);
     print!("{targets}");
     Ok(())
+}
+
+/// `--peers`: known peer names, comma separated; `none` is the empty list.
+fn peer_list(list: &str) -> std::result::Result<String, String> {
+    const PEERS: [&str; 5] = ["delta", "duckdb", "pyiceberg", "spark", "spark_mor"];
+    if list.trim() == "none" {
+        return Ok(String::new());
+    }
+    for peer in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        if !PEERS.contains(&peer) {
+            return Err(format!(
+                "unknown peer '{peer}' (known: {}, or none)",
+                PEERS.join(", ")
+            ));
+        }
+    }
+    Ok(list.to_string())
 }
 
 #[tokio::main(flavor = "multi_thread")]

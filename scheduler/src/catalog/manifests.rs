@@ -7,7 +7,8 @@ use std::future::Future;
 
 use futures::{StreamExt, TryStreamExt};
 use iceberg::io::FileIO;
-use iceberg::spec::{Manifest, ManifestFile};
+use iceberg::spec::{Manifest, ManifestContentType, ManifestFile, SnapshotRef};
+use iceberg::table::Table;
 
 /// How many manifests are read at once.
 pub const MANIFEST_READ_CONCURRENCY: usize = 8;
@@ -47,6 +48,21 @@ pub fn load_manifests<'a>(
     futures::stream::iter(reads)
         .buffered(MANIFEST_READ_CONCURRENCY)
         .try_collect()
+}
+
+/// The data manifests (not the delete manifests) of `snapshot`'s manifest
+/// list.
+pub async fn data_manifests(
+    table: &Table,
+    snapshot: &SnapshotRef,
+) -> iceberg::Result<Vec<ManifestFile>> {
+    let list = table.manifest_list_reader(snapshot).load().await?;
+    Ok(list
+        .entries()
+        .iter()
+        .filter(|m| m.content == ManifestContentType::Data)
+        .cloned()
+        .collect())
 }
 
 async fn load_manifest(

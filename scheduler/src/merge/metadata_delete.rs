@@ -12,13 +12,13 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 use iceberg::expr::{Bind, BoundPredicate, Predicate, PredicateOperator};
-use iceberg::spec::{DataFile, Datum, ManifestContentType, ManifestStatus, PrimitiveType, Type};
+use iceberg::spec::{DataFile, Datum, ManifestStatus, PrimitiveType, Type};
 use iceberg::table::Table;
 use icemerge_executor::iceberg_err;
 use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_proto::error::io_error;
 
-use crate::catalog::manifests::load_manifests;
+use crate::catalog::manifests::{data_manifests, load_manifests};
 use icemerge_executor::filter_pushdown::to_exact_iceberg_predicate;
 
 /// The data files a metadata-only DELETE drops: path and record count.
@@ -99,17 +99,7 @@ pub(super) async fn metadata_only_delete(
     let bound = predicate
         .bind(metadata.current_schema().clone(), true)
         .map_err(iceberg_err)?;
-    let list = base
-        .manifest_list_reader(snapshot)
-        .load()
-        .await
-        .map_err(iceberg_err)?;
-    let data_manifests: Vec<_> = list
-        .entries()
-        .iter()
-        .filter(|m| m.content == ManifestContentType::Data)
-        .cloned()
-        .collect();
+    let data_manifests = data_manifests(base, snapshot).await.map_err(iceberg_err)?;
     let manifests = load_manifests(base.file_io(), &data_manifests)
         .await
         .map_err(|e| io_error(e.to_string()))?;

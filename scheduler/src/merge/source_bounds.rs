@@ -20,14 +20,14 @@ use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableScan};
 use datafusion::prelude::{col, lit};
 use iceberg::expr::Predicate;
-use iceberg::spec::{DataContentType, Datum, ManifestContentType, PrimitiveLiteral, PrimitiveType};
+use iceberg::spec::{DataContentType, Datum, PrimitiveLiteral, PrimitiveType};
 use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_executor::iceberg_err;
 use icemerge_planner::source_keys::SourceKeyProbe;
 use icemerge_proto::error::io_error;
 
 use super::dynamic_pruning::{as_target_value, SourceKeys, DISTINCT_LIMIT, FROM_STATISTICS};
-use crate::catalog::manifests::{load_manifests, MANIFEST_READ_CONCURRENCY};
+use crate::catalog::manifests::{data_manifests, load_manifests, MANIFEST_READ_CONCURRENCY};
 use crate::catalog::IcebergTableProvider;
 
 /// The keys of `source` (an unfiltered scan of an Iceberg table, under
@@ -85,22 +85,13 @@ pub(super) async fn keys_from_manifests(
         };
         field_ids.push(field.id);
     }
-    let list = table
-        .manifest_list_reader(snapshot)
-        .load()
-        .await
-        .map_err(iceberg_err)?;
-    let data_manifests: Vec<_> = list
-        .entries()
-        .iter()
-        .filter(|m| m.content == ManifestContentType::Data)
-        .collect();
+    let manifest_files = data_manifests(table, snapshot).await.map_err(iceberg_err)?;
     let mut rows = 0u64;
     // Per key: the lowest lower bound and the highest upper bound so far;
     // `None` while every file read holds only NULL keys.
     let mut ranges: Vec<Option<(i64, i64)>> = vec![None; field_ids.len()];
-    for chunk in data_manifests.chunks(MANIFEST_READ_CONCURRENCY) {
-        let manifests = load_manifests(table.file_io(), chunk.iter().copied())
+    for chunk in manifest_files.chunks(MANIFEST_READ_CONCURRENCY) {
+        let manifests = load_manifests(table.file_io(), chunk)
             .await
             .map_err(|e| io_error(format!("source {}: {e}", provider.name)))?;
         for manifest in manifests {

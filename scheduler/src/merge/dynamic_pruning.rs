@@ -11,9 +11,9 @@
 //!
 //! The source is not read for them when its files' statistics know them
 //! (`source_bounds.rs`: an Iceberg table's manifests, Parquet footers): when
-//! it has more than [`DISTINCT_LIMIT`] rows and every key is a bare integer
-//! column, the range comes from those statistics and the job is the one
-//! read of the source. Otherwise (an expression as key, a filtered
+//! every key is a bare integer column of an unfiltered scan and the source
+//! has more than [`DISTINCT_LIMIT`] rows (or one key value), the range comes
+//! from those statistics and the job is the one read of the source. Otherwise (an expression as key, a filtered
 //! subquery, VALUES, few rows) the source is probed by queries before the
 //! job.
 //!
@@ -39,7 +39,7 @@ use icemerge_executor::merge_writer::TargetFiles;
 use icemerge_executor::scan_exec::IcebergScanExec;
 use icemerge_planner::source_keys::SourceKeyProbe;
 
-use super::source_bounds::{keys_from_manifests, keys_from_statistics};
+use super::source_bounds::keys_from_file_statistics;
 use crate::catalog::IcebergTableProvider;
 use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_proto::error::internal;
@@ -58,6 +58,18 @@ pub struct SourceKeys {
     pub predicate: Option<Predicate>,
     /// Where they came from, as EXPLAIN says after the predicate.
     pub origin: &'static str,
+}
+
+impl SourceKeys {
+    /// The keys of a source of `rows` rows none of which can match (no
+    /// row, or every key NULL), learned from `origin`.
+    pub(super) fn matching_nothing(rows: u64, origin: &'static str) -> Self {
+        SourceKeys {
+            rows,
+            predicate: Some(Predicate::AlwaysFalse),
+            origin,
+        }
+    }
 }
 
 /// [`SourceKeys::origin`] of keys read from the source plan's statistics.
@@ -82,12 +94,7 @@ pub async fn probe_source_keys(
         .iter()
         .map(|e| frame.parse_sql_expr(e))
         .collect::<Result<Vec<_>>>()?;
-    // An Iceberg table's manifests first: planning the physical scan for
-    // the statistics would read them too, and give no bounds.
-    if let Some(keys) = keys_from_manifests(frame.logical_plan(), probe, &keys, target).await? {
-        return Ok(Some(keys));
-    }
-    if let Some(keys) = keys_from_statistics(&frame, probe, &keys, target).await? {
+    if let Some(keys) = keys_from_file_statistics(&frame, probe, &keys, target).await? {
         return Ok(Some(keys));
     }
     let mut aggregates = vec![count(lit(1)).alias("__rows")];
@@ -113,11 +120,7 @@ pub async fn probe_source_keys(
         let high = ScalarValue::try_from_array(ranges.column(2 + 2 * i), 0)?;
         if low.is_null() {
             // Every source key is NULL: no target row can match.
-            return Ok(Some(SourceKeys {
-                rows,
-                predicate: Some(Predicate::AlwaysFalse),
-                origin: FROM_PROBE,
-            }));
+            return Ok(Some(SourceKeys::matching_nothing(rows, FROM_PROBE)));
         }
         let target_type = target.field_with_name(column)?.data_type();
         let (Some(low), Some(high)) = (
@@ -131,15 +134,15 @@ pub async fn probe_source_keys(
         } else {
             distinct_values(&frame, key.clone(), target_type).await?
         };
-        let column = col(datafusion::common::Column::from_name(column));
         conjuncts.push(if !values.is_empty() && values.len() <= DISTINCT_LIMIT {
+            let column = col(datafusion::common::Column::from_name(column));
             values
                 .into_iter()
                 .map(|v| column.clone().eq(lit(v)))
                 .reduce(Expr::or)
                 .expect("at least one value")
         } else {
-            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
+            key_in_range(column, low, high)
         });
     }
     Ok(Some(SourceKeys {
@@ -177,6 +180,17 @@ async fn distinct_values(
     // In order, so that the predicate reads the same on every run.
     values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     Ok(values)
+}
+
+/// `column = low` when the two bounds are one value, else `column >= low
+/// AND column <= high`.
+pub(super) fn key_in_range(column: &str, low: ScalarValue, high: ScalarValue) -> Expr {
+    let column = col(datafusion::common::Column::from_name(column));
+    if low == high {
+        column.eq(lit(low))
+    } else {
+        column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
+    }
 }
 
 /// A source key value as a value of the target column's type, when the two

@@ -18,50 +18,70 @@ use datafusion::dataframe::DataFrame;
 use datafusion::datasource::source_as_provider;
 use datafusion::error::Result;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableScan};
-use datafusion::prelude::{col, lit};
-use iceberg::expr::Predicate;
 use iceberg::spec::{DataContentType, Datum, PrimitiveLiteral, PrimitiveType};
 use icemerge_executor::filter_pushdown::to_iceberg_predicate;
 use icemerge_executor::iceberg_err;
 use icemerge_planner::source_keys::SourceKeyProbe;
 use icemerge_proto::error::io_error;
 
-use super::dynamic_pruning::{as_target_value, SourceKeys, DISTINCT_LIMIT, FROM_STATISTICS};
+use super::dynamic_pruning::{
+    as_target_value, key_in_range, SourceKeys, DISTINCT_LIMIT, FROM_STATISTICS,
+};
 use crate::catalog::manifests::{data_manifests, load_manifests, MANIFEST_READ_CONCURRENCY};
 use crate::catalog::IcebergTableProvider;
 
-/// The keys of `source` (an unfiltered scan of an Iceberg table, under
-/// aliases and column projections) from the bounds its snapshot's manifests
-/// record for every live data file, the files' record counts summed as its
-/// rows (an upper bound when delete files remove some).
-pub(super) async fn keys_from_manifests(
-    source: &LogicalPlan,
+/// The keys of `frame` (the source) from its files' statistics: when every
+/// key is a column an unfiltered table scan under `frame` reads unchanged,
+/// an Iceberg table's manifests, any other table's (Parquet files')
+/// physical-plan statistics. `None` when the keys are not such columns:
+/// the source is then neither planned nor read here.
+pub(super) async fn keys_from_file_statistics(
+    frame: &DataFrame,
     probe: &SourceKeyProbe,
     keys: &[Expr],
     target: &Schema,
 ) -> Result<Option<SourceKeys>> {
     let mut scan = None;
-    let mut columns = vec![];
+    let mut scanned = vec![];
     for key in keys {
         let Expr::Column(column) = key else {
             return Ok(None);
         };
-        let Some((key_scan, name)) = scanned_column(source, column) else {
+        let Some((key_scan, key)) = scanned_column(frame.logical_plan(), column) else {
             return Ok(None);
         };
-        if scan.is_some_and(|s: &TableScan| s.table_name != key_scan.table_name) {
-            return Ok(None);
-        }
+        // Aliases and projections have one input: every key reaches the
+        // same scan.
         scan = Some(key_scan);
-        columns.push(name);
+        scanned.push(key);
     }
     let Some(scan) = scan else {
         return Ok(None);
     };
     let provider = source_as_provider(&scan.source)?;
-    let Some(provider) = provider.as_any().downcast_ref::<IcebergTableProvider>() else {
-        return Ok(None);
-    };
+    match provider.as_any().downcast_ref::<IcebergTableProvider>() {
+        Some(table) => keys_from_manifests(table, &scanned, probe, target).await,
+        None => keys_from_statistics(frame, &scanned, probe, target).await,
+    }
+}
+
+/// A key as the source's column and the scanned table's.
+struct ScannedKey {
+    /// Index of the column in the source's schema.
+    source_index: usize,
+    /// Name of the column in the scanned table.
+    table_column: String,
+}
+
+/// The keys of an Iceberg table source from the bounds its snapshot's
+/// manifests record for every live data file, the files' record counts
+/// summed as its rows (an upper bound when delete files remove some).
+async fn keys_from_manifests(
+    provider: &IcebergTableProvider,
+    keys: &[ScannedKey],
+    probe: &SourceKeyProbe,
+    target: &Schema,
+) -> Result<Option<SourceKeys>> {
     let table = &provider.table;
     let metadata = table.metadata();
     let snapshot = match provider.snapshot_id {
@@ -79,8 +99,8 @@ pub(super) async fn keys_from_manifests(
         None => metadata.current_schema().clone(),
     };
     let mut field_ids = vec![];
-    for name in &columns {
-        let Some(field) = schema.field_by_name(name) else {
+    for key in keys {
+        let Some(field) = schema.field_by_name(&key.table_column) else {
             return Ok(None);
         };
         field_ids.push(field.id);
@@ -127,19 +147,19 @@ pub(super) async fn keys_from_manifests(
         match range {
             Some((low, high)) => bounds.push((ScalarValue::from(low), ScalarValue::from(high))),
             // No row, or no key that is not NULL: nothing can match.
-            None => return Ok(Some(matching_nothing(rows))),
+            None => return Ok(Some(SourceKeys::matching_nothing(rows, FROM_STATISTICS))),
         }
     }
     keys_in_ranges(rows, &probe.columns, bounds, target)
 }
 
 /// The keys of `frame` from the statistics of its physical plan: its exact
-/// row count and, for every key, a bare source column, its exact min and
-/// max (a scan of Parquet files without a filter).
-pub(super) async fn keys_from_statistics(
+/// row count and, for every key, its exact min and max (a scan of Parquet
+/// files).
+async fn keys_from_statistics(
     frame: &DataFrame,
+    keys: &[ScannedKey],
     probe: &SourceKeyProbe,
-    keys: &[Expr],
     target: &Schema,
 ) -> Result<Option<SourceKeys>> {
     let plan = frame.clone().create_physical_plan().await?;
@@ -148,16 +168,11 @@ pub(super) async fn keys_from_statistics(
         return Ok(None);
     };
     if rows == 0 {
-        return Ok(Some(matching_nothing(0)));
+        return Ok(Some(SourceKeys::matching_nothing(0, FROM_STATISTICS)));
     }
     let mut bounds = vec![];
     for key in keys {
-        let Expr::Column(source_column) = key else {
-            return Ok(None);
-        };
-        let Ok(index) = frame.schema().index_of_column(source_column) else {
-            return Ok(None);
-        };
+        let index = key.source_index;
         let Some(column) = statistics.column_statistics.get(index) else {
             return Ok(None);
         };
@@ -172,15 +187,6 @@ pub(super) async fn keys_from_statistics(
         bounds.push((low.clone(), high.clone()));
     }
     keys_in_ranges(rows as u64, &probe.columns, bounds, target)
-}
-
-/// The keys of a source of `rows` rows none of which can match.
-fn matching_nothing(rows: u64) -> SourceKeys {
-    SourceKeys {
-        rows,
-        predicate: Some(Predicate::AlwaysFalse),
-        origin: FROM_STATISTICS,
-    }
 }
 
 /// `target_columns[i] BETWEEN bounds[i]` for every key (`=` when the two
@@ -206,12 +212,7 @@ fn keys_in_ranges(
         ) else {
             return Ok(None);
         };
-        let column = col(Column::from_name(name));
-        conjuncts.push(if low == high {
-            column.eq(lit(low))
-        } else {
-            column.clone().gt_eq(lit(low)).and(column.lt_eq(lit(high)))
-        });
+        conjuncts.push(key_in_range(name, low, high));
     }
     Ok(Some(SourceKeys {
         rows,
@@ -221,11 +222,15 @@ fn keys_in_ranges(
 }
 
 /// The table scan under `plan` that `column` of `plan` reads unchanged
-/// (through subquery aliases and projections of columns), and the column's
-/// name in the scanned table; `None` when a filter, a limit, a join or a
+/// (through subquery aliases and projections of columns), and the column
+/// as a [`ScannedKey`]; `None` when a filter, a limit, a join or a
 /// computed expression lies between.
-fn scanned_column<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<(&'a TableScan, String)> {
-    let mut index = plan.schema().index_of_column(column).ok()?;
+fn scanned_column<'a>(
+    plan: &'a LogicalPlan,
+    column: &Column,
+) -> Option<(&'a TableScan, ScannedKey)> {
+    let source_index = plan.schema().index_of_column(column).ok()?;
+    let mut index = source_index;
     let mut node = plan;
     loop {
         match node {
@@ -239,7 +244,14 @@ fn scanned_column<'a>(plan: &'a LogicalPlan, column: &Column) -> Option<(&'a Tab
                 index = node.schema().index_of_column(&inner).ok()?;
             }
             LogicalPlan::TableScan(scan) if scan.filters.is_empty() && scan.fetch.is_none() => {
-                return Some((scan, scan.projected_schema.field(index).name().clone()));
+                let table_column = scan.projected_schema.field(index).name().clone();
+                return Some((
+                    scan,
+                    ScannedKey {
+                        source_index,
+                        table_column,
+                    },
+                ));
             }
             _ => return None,
         }

@@ -20,17 +20,18 @@ use std::collections::HashMap;
 
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use icemerge_proto::{
-    physical_node::Node, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup, StageProbeNode,
-    WriteNode,
+    physical_node::Node, BatchSlicesNode, FileIoProps, PhysicalNode, ScanNode, ScanTaskGroup,
+    SortChangesByFileNode, StageProbeNode, WriteNode,
 };
 use prost::Message;
 
+use crate::batch_slices::BatchSlicesExec;
 use crate::checked_arithmetic::CheckedArithmeticExpr;
 use crate::checked_sum::{CheckedSum, CHECKED_SUM_MARK};
 use crate::file_io::{secrets_of, without_secrets};
 use crate::insert_route::{InsertRoute, INSERT_ROUTE_MARK};
 use crate::merge_on_read::MergeOnReadWriterExec;
-use crate::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
+use crate::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
 use crate::scan_exec::IcebergScanExec;
 use crate::stage_probe::StageProbeExec;
 use crate::write_exec::IcebergWriteExec;
@@ -223,6 +224,20 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                     .ok_or_else(|| internal("stage probe without input"))?;
                 Ok(Arc::new(StageProbeExec::new(probe.stage as usize, input)))
             }
+            Some(Node::SortChangesByFile(SortChangesByFileNode {})) => {
+                let input = inputs
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| internal("sort of changes without input"))?;
+                Ok(Arc::new(SortChangesByFileExec::try_new(input)?))
+            }
+            Some(Node::BatchSlices(BatchSlicesNode {})) => {
+                let input = inputs
+                    .first()
+                    .cloned()
+                    .ok_or_else(|| internal("batch slices without input"))?;
+                Ok(Arc::new(BatchSlicesExec::new(input)))
+            }
             None => Err(internal("empty icemerge plan node")),
         }
     }
@@ -287,6 +302,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
             Node::StageProbe(StageProbeNode {
                 stage: probe.stage as u64,
             })
+        } else if node.as_any().is::<SortChangesByFileExec>() {
+            Node::SortChangesByFile(SortChangesByFileNode {})
+        } else if node.as_any().is::<BatchSlicesExec>() {
+            Node::BatchSlices(BatchSlicesNode {})
         } else {
             return self.fallback.try_encode(node, buf);
         };

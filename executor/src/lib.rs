@@ -11,7 +11,10 @@
 //! - `checked_arithmetic`, `checked_constants`: `+`, `-`, `*` that fail on
 //!   overflow (a physical rule; an analyzer rule for constants);
 //! - `checked_sum`: `sum` of BIGINT that fails on overflow;
-//! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D);
+//! - `merge_writer`: `CopyOnWriteWriterExec`, MERGE's writer (stage D), and
+//!   `SortChangesByFileExec`, its input order;
+//! - `batch_slices`: `BatchSlicesExec`, a join's oversized batches (its
+//!   unmatched build rows, all in one) cut to the batch size;
 //! - `merge_on_read`: `MergeOnReadWriterExec`, MERGE's writer in
 //!   merge-on-read mode (position delete files, new data files);
 //! - `deletes`: position and equality delete files, read and matched where
@@ -28,6 +31,7 @@
 //! - `cleanup`: removal of uncommitted files;
 //! - `process`: the executor process.
 
+pub mod batch_slices;
 pub mod checked_arithmetic;
 pub mod checked_constants;
 pub mod checked_sum;

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 /// Envelope for every icemerge physical operator that crosses the wire.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct PhysicalNode {
-    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4, 5")]
+    #[prost(oneof = "physical_node::Node", tags = "1, 2, 3, 4, 5, 6, 7")]
     pub node: Option<physical_node::Node>,
 }
 
@@ -31,6 +31,14 @@ pub mod physical_node {
         /// `StageProbeExec`: the top of a stage of the stage graph.
         #[prost(message, tag = "5")]
         StageProbe(super::StageProbeNode),
+        /// `SortChangesByFileExec`: the copy-on-write writer's input order
+        /// (no field: its input is its one child).
+        #[prost(message, tag = "6")]
+        SortChangesByFile(super::SortChangesByFileNode),
+        /// `BatchSlicesExec`: a join's oversized batches cut to the batch
+        /// size (no field: its input is its one child).
+        #[prost(message, tag = "7")]
+        BatchSlices(super::BatchSlicesNode),
     }
 }
 
@@ -112,3 +120,12 @@ pub struct StageProbeNode {
     #[prost(uint64, tag = "1")]
     pub stage: u64,
 }
+
+/// `SortChangesByFileExec`: a MERGE's changes sorted by data file, its
+/// inserts passed through.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SortChangesByFileNode {}
+
+/// `BatchSlicesExec`: batches above the batch size cut to it.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct BatchSlicesNode {}

@@ -1,7 +1,8 @@
 //! The memory budget (`--memory-limit`): statements run in a DataFusion
 //! memory pool of that size on both engines; a sort beyond it spills and
 //! completes with exact results, and so does a copy-on-write merge whose
-//! writer input is larger than the budget; a merge that cannot fit fails with an
+//! writer input is larger than the budget (its inserted rows skip the
+//! writer's sort); a merge that cannot fit fails with an
 //! error naming the budget, leaving the table and the warehouse as they
 //! were. A MERGE's join builds its hash table on the side that takes fewer
 //! bytes.
@@ -181,6 +182,80 @@ async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
             )
             .await,
             vec![vec!["400000", "1400003", "400000", "0"]],
+            "{engine:?}"
+        );
+    }
+}
+
+/// A copy-on-write upsert's inserted rows skip the writer's sort by data
+/// file: 200k inserted rows of ~260 bytes (~50 MB, their strings made
+/// after the join) and 2k updates through a 24 MiB budget complete without a spill (a sort of every row would
+/// spill them), each file's changes still arrive in file order, and the
+/// rows are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upserts_inserted_rows_skip_the_writers_sort() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open(dir.path(), engine, "512MiB").await;
+        let mut script =
+            String::from("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);");
+        for f in 0..2 {
+            script.push_str(&format!(
+                "INSERT INTO db.t SELECT value, 0, 'old' FROM generate_series({}, {});",
+                f * 50_000 + 1,
+                (f + 1) * 50_000
+            ));
+        }
+        session.execute(&script).await.unwrap();
+        drop(session);
+
+        let small = open_with(dir.path(), engine, "24MiB", 1).await;
+        small
+            .execute_one("SET datafusion.execution.batch_size = 1024")
+            .await
+            .unwrap();
+        let output = small
+            .execute_one(
+                "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t t USING ( \
+                   SELECT value * 50 AS id, 1 AS v FROM generate_series(1, 2000) \
+                   UNION ALL \
+                   SELECT value + 1000000 AS id, 2 AS v FROM generate_series(1, 200000)) s \
+                 ON t.id = s.id \
+                 WHEN MATCHED THEN UPDATE SET v = s.v, s = 'updated' \
+                 WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v, repeat('x', 250) || s.id)",
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+        let json = output.as_document().expect("a document").to_string();
+        let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
+        let writer = doc
+            .stages
+            .iter()
+            .find(|s| s.stage.kind == StageKind::MergeWriter)
+            .and_then(|s| s.figures.as_ref())
+            .unwrap_or_else(|| panic!("{engine:?}: no writer figures: {json}"));
+        assert_eq!(writer.rows_in, Some(202_000), "{engine:?}: {json}");
+        assert_eq!(
+            (writer.spill_count, writer.spilled_rows),
+            (0, 0),
+            "{engine:?}: the writer's sort spilled: {json}"
+        );
+        assert!(
+            json.contains("SortChangesByFileExec"),
+            "{engine:?}: no sort of changes: {json}"
+        );
+        drop(small);
+
+        let session = open(dir.path(), engine, "512MiB").await;
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), sum(v), count(*) FILTER (WHERE s = 'updated'), \
+                        count(*) FILTER (WHERE s = 'updated' AND id % 50 <> 0), count(DISTINCT id) \
+                 FROM db.t"
+            )
+            .await,
+            vec![vec!["300000", "402000", "2000", "0", "300000"]],
             "{engine:?}"
         );
     }

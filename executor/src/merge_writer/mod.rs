@@ -6,7 +6,8 @@
 //! data file; each touched file is read once and rewritten without its
 //! deleted rows and with its updated rows in place (file order kept); rows
 //! its delete files had removed stay removed. The plan sorts the writer's
-//! input by data file (a sort that spills under the memory budget), so a
+//! changes by data file (a sort that spills under the memory budget;
+//! inserted rows skip it and arrive first), so a
 //! file is rewritten as soon as a row of the next file arrives and the
 //! writer holds one file's changes at a time; an unsorted input is
 //! rewritten file by file at its end. A file whose rows
@@ -17,6 +18,9 @@
 //! (`icemerge_proto::fragment`).
 //!
 //! - `exec.rs`: the plan node;
+//! - `changes_by_file.rs`: `SortChangesByFileExec`, the writer's input
+//!   order: changes sorted by data file (spilling), inserts passed through
+//!   ahead of them unsorted;
 //! - `sink.rs`: one partition's writer (accept merge rows, duplicate-match
 //!   check, finish → fragment, abort);
 //! - `rewrite.rs`: reading one touched file and streaming it through its
@@ -27,6 +31,7 @@
 //! - `metrics.rs`: the operator's counters (shared too).
 
 mod apply;
+mod changes_by_file;
 mod exec;
 pub(crate) mod merge_rows;
 pub(crate) mod metrics;
@@ -38,6 +43,7 @@ use std::sync::Arc;
 
 use iceberg::scan::FileScanTaskDeleteFile;
 
+pub use changes_by_file::SortChangesByFileExec;
 pub use exec::CopyOnWriteWriterExec;
 
 /// What the writer knows of the data files the target scan reads.

@@ -1,5 +1,9 @@
 //! Which join stage C runs: DataFusion's hash join, unless its build side
-//! would not fit the memory budget, and then a sort-merge join.
+//! would not fit the memory budget, and then a sort-merge join. A hash
+//! join's output is cut to the batch size (`BatchSlicesExec`): it emits its
+//! unmatched build rows — a merge's inserted rows, when it builds on the
+//! source — as one batch, which the classification above it would
+//! otherwise copy whole, column by column.
 //!
 //! A hash join holds its whole build side in memory and cannot spill, and
 //! takes about twice the side's estimated bytes (its batches as read, then
@@ -24,13 +28,14 @@
 use std::sync::Arc;
 
 use datafusion::common::stats::Precision;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionContext;
+use icemerge_executor::batch_slices::BatchSlicesExec;
 
 /// The share of the budget a hash join's build side may be estimated at
 /// (1/N).
@@ -40,6 +45,26 @@ const BUILD_SHARE_OF_BUDGET: usize = 4;
 /// or with a sort-merge join when the hash join's build side is estimated
 /// at more than a quarter of `budget` (None: the hash join).
 pub(super) async fn plan_with_join_in_budget(
+    ctx: &SessionContext,
+    logical: &LogicalPlan,
+    budget: Option<usize>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    with_hash_join_output_sliced(planned_in_budget(ctx, logical, budget).await?)
+}
+
+/// Every hash join of `plan` under a `BatchSlicesExec`.
+fn with_hash_join_output_sliced(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        Ok(if node.as_any().is::<HashJoinExec>() {
+            Transformed::yes(Arc::new(BatchSlicesExec::new(node)) as Arc<dyn ExecutionPlan>)
+        } else {
+            Transformed::no(node)
+        })
+    })
+    .map(|t| t.data)
+}
+
+async fn planned_in_budget(
     ctx: &SessionContext,
     logical: &LogicalPlan,
     budget: Option<usize>,

@@ -41,27 +41,23 @@ mod source_bounds;
 
 use std::sync::Arc;
 
-use arrow::compute::SortOptions;
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::PhysicalExpr;
-use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
-use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, TargetFiles};
+use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
 use icemerge_planner::merge::{
     bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement,
 };
 use icemerge_planner::source_keys::source_key_probe;
 use icemerge_planner::write_mode::{mode_of, WriteMode};
-use icemerge_proto::error::internal;
 use icemerge_proto::merge_rows::{FILE_COLUMN, ROUTE_COLUMN};
 
 use crate::catalog::IcebergTableProvider;
@@ -263,9 +259,10 @@ struct WriterTable<'a> {
 /// writer (inserts, which have no file, spread by the route column; the
 /// route is dropped once the rows are routed), and the writer of the
 /// table's write mode on top. A copy-on-write writer of a merge that
-/// changes target rows gets its rows sorted by data file (a sort that
-/// spills under the memory budget), so it rewrites each file as soon as
-/// its changes are complete and holds one file's changes at a time.
+/// changes target rows gets its changes sorted by data file (a sort that
+/// spills under the memory budget; inserted rows skip it and come first),
+/// so it rewrites each file as soon as its changes are complete and holds
+/// one file's changes at a time.
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
@@ -292,16 +289,7 @@ fn writer_stage(
     Ok(match mode {
         WriteMode::CopyOnWrite => {
             let input: Arc<dyn ExecutionPlan> = if changes_rows {
-                let file = exchange.schema().index_of(FILE_COLUMN)?;
-                let ordering = LexOrdering::new([PhysicalSortExpr::new(
-                    Arc::new(Column::new(FILE_COLUMN, file)),
-                    SortOptions {
-                        descending: false,
-                        nulls_first: true,
-                    },
-                )])
-                .ok_or_else(|| internal("MERGE: no sort by data file"))?;
-                Arc::new(SortExec::new(ordering, exchange).with_preserve_partitioning(true))
+                Arc::new(SortChangesByFileExec::try_new(exchange)?)
             } else {
                 exchange
             };

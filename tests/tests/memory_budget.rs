@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use icemerge_planner::explain::{ExplainDocument, StageKind};
+use icemerge_planner::explain::{ExplainDocument, StageFigures, StageKind};
 use icemerge_proto::error::{ErrorKind, IcemergeError};
 use icemerge_proto::memory_budget::MemoryBudget;
 use icemerge_scheduler::{CatalogOptions, EngineKind, Session, SessionOptions};
@@ -108,6 +108,36 @@ async fn a_sort_beyond_the_budget_spills_and_a_merge_beyond_it_fails_cleanly() {
     }
 }
 
+/// The writer stage's figures (and the whole document) of `EXPLAIN ANALYZE
+/// (FORMAT JSON) <merge>` run with one writer task, whose sort has the
+/// budget to itself (sorts running side by side in a budget this small
+/// contend for the memory their spill merges need), in 24 MiB and batches
+/// of 1024 rows: the budget holds a few batches.
+async fn writer_figures_in_24_mib(
+    warehouse: &Path,
+    engine: EngineKind,
+    merge: &str,
+) -> (StageFigures, String) {
+    let small = open_with(warehouse, engine, "24MiB", 1).await;
+    small
+        .execute_one("SET datafusion.execution.batch_size = 1024")
+        .await
+        .unwrap();
+    let output = small
+        .execute_one(&format!("EXPLAIN ANALYZE (FORMAT JSON) {merge}"))
+        .await
+        .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
+    let json = output.as_document().expect("a document").to_string();
+    let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
+    let writer = doc
+        .stages
+        .into_iter()
+        .find(|s| s.stage.kind == StageKind::MergeWriter)
+        .and_then(|s| s.figures)
+        .unwrap_or_else(|| panic!("{engine:?}: no writer figures: {json}"));
+    (writer, json)
+}
+
 /// A copy-on-write merge updating half the rows of a table larger than the
 /// budget completes: the writer's input, sorted by data file, spills
 /// compressed files (EXPLAIN ANALYZE's writer stage says so: fewer bytes
@@ -133,31 +163,15 @@ async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
         session.execute(&script).await.unwrap();
         drop(session);
 
-        // One writer task, whose sort has the budget to itself (sorts
-        // running side by side in a budget this small contend for the
-        // memory their spill merges need), and small batches: the budget
-        // holds a few batches and far less than the rows sorted (~100 MB).
-        let small = open_with(dir.path(), engine, "24MiB", 1).await;
-        small
-            .execute_one("SET datafusion.execution.batch_size = 1024")
-            .await
-            .unwrap();
-        let output = small
-            .execute_one(
-                "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t t \
-                 USING (SELECT id, v + 1 AS v FROM db.t WHERE id % 2 = 0) s ON t.id = s.id \
-                 WHEN MATCHED THEN UPDATE SET v = s.v",
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
-        let json = output.as_document().expect("a document").to_string();
-        let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
-        let writer = doc
-            .stages
-            .iter()
-            .find(|s| s.stage.kind == StageKind::MergeWriter)
-            .and_then(|s| s.figures.as_ref())
-            .unwrap_or_else(|| panic!("{engine:?}: no writer figures: {json}"));
+        // The budget holds far less than the rows sorted (~100 MB).
+        let (writer, json) = writer_figures_in_24_mib(
+            dir.path(),
+            engine,
+            "MERGE INTO db.t t \
+             USING (SELECT id, v + 1 AS v FROM db.t WHERE id % 2 = 0) s ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET v = s.v",
+        )
+        .await;
         assert!(
             writer.spill_count > 0 && writer.spilled_bytes > 0,
             "{engine:?}: the writer's sort did not spill: {json}"
@@ -172,7 +186,6 @@ async fn a_full_rewrite_beyond_the_budget_spills_and_completes() {
             writer.spilled_rows
         );
         assert_eq!(writer.rows_in, Some(200_000), "{engine:?}");
-        drop(small);
 
         let session = open(dir.path(), engine, "512MiB").await;
         assert_eq!(
@@ -209,31 +222,18 @@ async fn an_upserts_inserted_rows_skip_the_writers_sort() {
         session.execute(&script).await.unwrap();
         drop(session);
 
-        let small = open_with(dir.path(), engine, "24MiB", 1).await;
-        small
-            .execute_one("SET datafusion.execution.batch_size = 1024")
-            .await
-            .unwrap();
-        let output = small
-            .execute_one(
-                "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t t USING ( \
-                   SELECT value * 50 AS id, 1 AS v FROM generate_series(1, 2000) \
-                   UNION ALL \
-                   SELECT value + 1000000 AS id, 2 AS v FROM generate_series(1, 200000)) s \
-                 ON t.id = s.id \
-                 WHEN MATCHED THEN UPDATE SET v = s.v, s = 'updated' \
-                 WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v, repeat('x', 250) || s.id)",
-            )
-            .await
-            .unwrap_or_else(|e| panic!("{engine:?}: {e}"));
-        let json = output.as_document().expect("a document").to_string();
-        let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
-        let writer = doc
-            .stages
-            .iter()
-            .find(|s| s.stage.kind == StageKind::MergeWriter)
-            .and_then(|s| s.figures.as_ref())
-            .unwrap_or_else(|| panic!("{engine:?}: no writer figures: {json}"));
+        let (writer, json) = writer_figures_in_24_mib(
+            dir.path(),
+            engine,
+            "MERGE INTO db.t t USING ( \
+               SELECT value * 50 AS id, 1 AS v FROM generate_series(1, 2000) \
+               UNION ALL \
+               SELECT value + 1000000 AS id, 2 AS v FROM generate_series(1, 200000)) s \
+             ON t.id = s.id \
+             WHEN MATCHED THEN UPDATE SET v = s.v, s = 'updated' \
+             WHEN NOT MATCHED THEN INSERT VALUES (s.id, s.v, repeat('x', 250) || s.id)",
+        )
+        .await;
         assert_eq!(writer.rows_in, Some(202_000), "{engine:?}: {json}");
         assert_eq!(
             (writer.spill_count, writer.spilled_rows),
@@ -244,7 +244,6 @@ async fn an_upserts_inserted_rows_skip_the_writers_sort() {
             json.contains("SortChangesByFileExec"),
             "{engine:?}: no sort of changes: {json}"
         );
-        drop(small);
 
         let session = open(dir.path(), engine, "512MiB").await;
         assert_eq!(

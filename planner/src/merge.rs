@@ -798,6 +798,7 @@ pub fn classify_sql(
     bound: &BoundMerge,
     target_relation: &str,
     columns: &[String],
+    prefilter: TargetPrefilter,
 ) -> Result<String> {
     let merge = &bound.merge;
     let Branches {
@@ -884,8 +885,20 @@ pub fn classify_sql(
             "LEFT" => "RIGHT",
             same => same,
         };
+        let target = match prefilter {
+            // Only the target rows some source row matches (a semi join
+            // that builds on the source's ON columns alone), so that the
+            // join builds on them rather than on the whole source. Every
+            // target row is needed when one not matched by the source
+            // acts (a FULL join).
+            TargetPrefilter::MatchedRows if bound.join_type != "FULL" => format!(
+                "(SELECT * FROM {target_relation} AS {t} WHERE EXISTS (SELECT 1 FROM {source} WHERE {}))",
+                merge.on
+            ),
+            _ => target_relation.to_string(),
+        };
         format!(
-            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} {source_first} JOIN {target_relation} AS {t} ON {}",
+            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} {source_first} JOIN {target} AS {t} ON {}",
             merge.on
         )
     } else {
@@ -902,6 +915,16 @@ pub fn classify_sql(
         outer.join(", "),
         select.join(", "),
     ))
+}
+
+/// Which target rows the classification query joins to the source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TargetPrefilter {
+    /// Every row the target scan reads.
+    None,
+    /// Only those some source row matches on ON (an EXISTS over the source,
+    /// which reads the source a second time: for a deterministic source).
+    MatchedRows,
 }
 
 /// `'id=' || t.id || ...` over the target columns compared by equality in ON.
@@ -1100,7 +1123,13 @@ mod tests {
              WHEN MATCHED THEN UPDATE SET v = s.v \
              WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
         );
-        let sql = classify_sql(&m, "target_rel", &["id".into(), "v".into()]).unwrap();
+        let sql = classify_sql(
+            &m,
+            "target_rel",
+            &["id".into(), "v".into()],
+            TargetPrefilter::None,
+        )
+        .unwrap();
         let delete = sql.find("THEN 2").unwrap();
         let update = sql.find("THEN 3").unwrap();
         let insert = sql.find("THEN 1").unwrap();
@@ -1115,14 +1144,14 @@ mod tests {
     #[test]
     fn unknown_columns_and_bad_inserts_are_named() {
         let m = bound("MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN UPDATE SET nope = 1");
-        let err = classify_sql(&m, "r", &["id".into()])
+        let err = classify_sql(&m, "r", &["id".into()], TargetPrefilter::None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown column 'nope'"), "{err}");
         let m = bound(
             "MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED THEN INSERT (id, v) VALUES (1)",
         );
-        let err = classify_sql(&m, "r", &["id".into(), "v".into()])
+        let err = classify_sql(&m, "r", &["id".into(), "v".into()], TargetPrefilter::None)
             .unwrap_err()
             .to_string();
         assert!(err.contains("2 column(s) but gives 1 value(s)"), "{err}");

@@ -319,78 +319,98 @@ async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
     }
 }
 
-/// On the local engine, a MERGE whose join's smaller side is estimated at
-/// more than a quarter of the budget joins by sort-merge: its sorts spill,
-/// and the merge completes where a hash join, which holds its build side
-/// whole, would not fit. A cluster keeps the hash join, each task building
-/// one partition's table. The rows are those of the hash join under a large
-/// budget, ON's non-equality conjunct included.
+/// On the local engine, a MERGE whose join would build on a source
+/// estimated at more than a sixteenth of the budget builds on the target
+/// rows that source matches instead (a semi join on the source's ON
+/// columns first, `RightSemi`): neither join holds the source's rows. One
+/// that needs every target row (a NOT MATCHED BY SOURCE clause, a FULL
+/// join) and whose smaller side is estimated at more than a quarter of the
+/// budget joins by sort-merge: its sorts spill. Either completes where a
+/// hash join on the source would not fit. A cluster keeps the hash join,
+/// each task building one partition's table. The rows are those of the
+/// hash join under a large budget, ON's non-equality conjunct included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_merge_whose_source_outgrows_a_quarter_of_the_budget_joins_by_sort_merge() {
+async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sorts() {
     const MERGE: &str = "MERGE INTO db.t t USING db.src s ON t.id = s.id AND s.v % 5 <> 0 \
          WHEN MATCHED THEN UPDATE SET v = s.v, s = s.s \
          WHEN NOT MATCHED THEN INSERT (id, v, s) VALUES (s.id, s.v, s.s)";
+    // The same, with a clause that needs every target row and acts on none.
+    const FULL: &str = "MERGE INTO db.t t USING db.src s ON t.id = s.id AND s.v % 5 <> 0 \
+         WHEN MATCHED THEN UPDATE SET v = s.v, s = s.s \
+         WHEN NOT MATCHED THEN INSERT (id, v, s) VALUES (s.id, s.v, s.s) \
+         WHEN NOT MATCHED BY SOURCE AND t.id < 0 THEN DELETE";
     const CHECK: &str = "SELECT count(*), sum(v), count(DISTINCT s), \
          count(*) FILTER (WHERE s LIKE 'new %') FROM db.t";
     let mut expected = None;
     for engine in ENGINES {
-        let small_join = match engine {
-            EngineKind::Local => "SortMergeJoinExec",
-            EngineKind::Cluster => "HashJoinExec",
-        };
-        for (limit, join) in [("512MiB", "HashJoinExec"), ("48MiB", small_join)] {
-            let dir = tempfile::tempdir().unwrap();
-            let session = open(dir.path(), engine, "512MiB").await;
-            // A target of 500k rows (its keys and row ids, estimated at
-            // 16 MB); a source of 300k rows of ~120 bytes (estimated at
-            // 14.4 MB). Either side is estimated at more than a quarter
-            // of 48 MiB, and at a tenth of a quarter of 512 MiB.
-            session
-                .execute(
-                    "CREATE SCHEMA db;
-                     CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
-                     INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
-                       FROM generate_series(1, 500000);
-                     CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
-                     INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
-                       FROM generate_series(1, 300000);",
-                )
-                .await
-                .unwrap();
-            drop(session);
-            // Two partitions (a session of one is planned over two for a
-            // sort-merge join anyway, as checked below).
-            let session = open_with(dir.path(), engine, limit, 2).await;
-            session
-                .execute_one("SET datafusion.execution.batch_size = 1024")
-                .await
-                .unwrap();
-            let line = join_line(&session, MERGE).await;
-            assert!(line.contains(join), "{engine:?} {limit}: {line}");
-            if join == "SortMergeJoinExec" {
-                // A session of one partition, where DataFusion would build
-                // a hash table for every join, is planned over two.
-                let single = open_with(dir.path(), engine, limit, 1).await;
-                let line = join_line(&single, MERGE).await;
-                assert!(
-                    line.contains(join),
-                    "{engine:?} {limit}, one partition: {line}"
-                );
-            }
-            if join != "SortMergeJoinExec" && limit == "48MiB" {
-                // The cluster's hash join needs more than 48 MiB here: the
-                // error asks for more memory or more executors.
-                continue;
-            }
-            session
-                .execute(MERGE)
-                .await
-                .unwrap_or_else(|e| panic!("{engine:?} {limit}: {e}"));
-            drop(session);
-            let rows = query(&open(dir.path(), engine, "512MiB").await, CHECK).await;
-            match &expected {
-                None => expected = Some(rows),
-                Some(expected) => assert_eq!(&rows, expected, "{engine:?} {limit}"),
+        for (merge, small_plan) in [(MERGE, "join_type=RightSemi"), (FULL, "SortMergeJoinExec")] {
+            let small_plan = match engine {
+                EngineKind::Local => small_plan,
+                EngineKind::Cluster => "HashJoinExec",
+            };
+            for (limit, plan) in [("512MiB", "HashJoinExec"), ("48MiB", small_plan)] {
+                let dir = tempfile::tempdir().unwrap();
+                let session = open(dir.path(), engine, "512MiB").await;
+                // A target of 500k rows (its keys and row ids, estimated
+                // at 16 MB); a source of 300k rows of ~120 bytes
+                // (estimated at 14.4 MB). Either side is estimated at more
+                // than a quarter of 48 MiB, and at less than a sixteenth of
+                // 512 MiB.
+                session
+                    .execute(
+                        "CREATE SCHEMA db;
+                         CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
+                         INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
+                           FROM generate_series(1, 500000);
+                         CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
+                         INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
+                           FROM generate_series(1, 300000);",
+                    )
+                    .await
+                    .unwrap();
+                drop(session);
+                // Two partitions (a session of one is planned over two for
+                // a sort-merge join anyway, as checked below).
+                let session = open_with(dir.path(), engine, limit, 2).await;
+                session
+                    .execute_one("SET datafusion.execution.batch_size = 1024")
+                    .await
+                    .unwrap();
+                let explain = explain_lines(&session, merge).await;
+                assert!(explain.contains(plan), "{engine:?} {limit}: {explain}");
+                if plan == "join_type=RightSemi" {
+                    // The classification's join builds on the target side.
+                    assert!(
+                        explain.contains("HashJoinExec: mode=Partitioned, join_type=Right,")
+                            || explain.contains("HashJoinExec: mode=CollectLeft, join_type=Right,"),
+                        "{engine:?} {limit}: {explain}"
+                    );
+                }
+                if plan == "SortMergeJoinExec" {
+                    // A session of one partition, where DataFusion would
+                    // build a hash table for every join, is planned over two.
+                    let single = open_with(dir.path(), engine, limit, 1).await;
+                    let explain = explain_lines(&single, merge).await;
+                    assert!(
+                        explain.contains(plan),
+                        "{engine:?} {limit}, one partition: {explain}"
+                    );
+                }
+                if plan == "HashJoinExec" && limit == "48MiB" {
+                    // The cluster's hash join needs more than 48 MiB here:
+                    // the error asks for more memory or more executors.
+                    continue;
+                }
+                session
+                    .execute(merge)
+                    .await
+                    .unwrap_or_else(|e| panic!("{engine:?} {limit}: {e}"));
+                drop(session);
+                let rows = query(&open(dir.path(), engine, "512MiB").await, CHECK).await;
+                match &expected {
+                    None => expected = Some(rows),
+                    Some(expected) => assert_eq!(&rows, expected, "{engine:?} {limit} {merge}"),
+                }
             }
         }
     }
@@ -400,4 +420,14 @@ async fn a_merge_whose_source_outgrows_a_quarter_of_the_budget_joins_by_sort_mer
     let expected = expected.unwrap();
     assert_eq!(expected[0][0], "680000", "{expected:?}");
     assert_eq!(expected[0][3], "300000", "{expected:?}");
+}
+
+/// Every line of `EXPLAIN <merge>`, one string.
+async fn explain_lines(session: &Session, merge: &str) -> String {
+    query(session, &format!("EXPLAIN {merge}"))
+        .await
+        .into_iter()
+        .map(|row| row[0].clone())
+        .collect::<Vec<_>>()
+        .join("\n")
 }

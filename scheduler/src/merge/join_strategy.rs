@@ -32,24 +32,41 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::Result;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::joins::HashJoinExec;
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::SessionContext;
 use icemerge_executor::batch_slices::BatchSlicesExec;
+use icemerge_executor::scan_exec::IcebergScanExec;
 
 /// The share of the budget a hash join's build side may be estimated at
 /// (1/N).
 const BUILD_SHARE_OF_BUDGET: usize = 4;
 
+/// The share of the budget beyond which a source the join would build on
+/// is joined to the target rows it matches instead (1/N).
+const PREFILTER_SHARE_OF_BUDGET: usize = 16;
+
+/// The classification query with the target prefiltered to the rows the
+/// source matches (`TargetPrefilter::MatchedRows`), and how its logical
+/// plan is prepared as the plain one was (pruned target, insert routes).
+pub(super) struct Prefiltered<'a> {
+    pub sql: String,
+    pub prepare: &'a (dyn Fn(LogicalPlan) -> Result<LogicalPlan> + Send + Sync),
+}
+
 /// The physical plan of `logical`: as the session plans it (a hash join),
-/// or with a sort-merge join when the hash join's build side is estimated
-/// at more than a quarter of `budget` (None: the hash join).
+/// or, when the hash join would build on a source estimated at more than a
+/// sixteenth of `budget`, the `prefiltered` plan building on the target
+/// rows the source matches, or with a sort-merge join when the build side
+/// is estimated at more than a quarter of `budget` (None: the hash join).
 pub(super) async fn plan_with_join_in_budget(
     ctx: &SessionContext,
     logical: &LogicalPlan,
     budget: Option<usize>,
+    prefiltered: Option<Prefiltered<'_>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    with_hash_join_output_sliced(planned_in_budget(ctx, logical, budget).await?)
+    with_hash_join_output_sliced(planned_in_budget(ctx, logical, budget, prefiltered).await?)
 }
 
 /// Every hash join of `plan` under a `BatchSlicesExec`.
@@ -68,6 +85,7 @@ async fn planned_in_budget(
     ctx: &SessionContext,
     logical: &LogicalPlan,
     budget: Option<usize>,
+    prefiltered: Option<Prefiltered<'_>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let state = ctx.state();
     let physical = state.create_physical_plan(logical).await?;
@@ -80,6 +98,19 @@ async fn planned_in_budget(
         budget,
         "the hash join's build side, estimated"
     );
+    if let (Some(bytes), Some(prefiltered)) = (build_bytes, prefiltered) {
+        if bytes > budget / PREFILTER_SHARE_OF_BUDGET && builds_on_the_source(&physical)? {
+            tracing::info!(
+                build_bytes = bytes,
+                budget,
+                "the source the hash join would build on exceeds a sixteenth of the memory budget: \
+                 the join builds on the target rows it matches"
+            );
+            let logical =
+                (prefiltered.prepare)(state.create_logical_plan(&prefiltered.sql).await?)?;
+            return built_on_the_target(state.create_physical_plan(&logical).await?);
+        }
+    }
     match build_bytes {
         Some(bytes) if bytes > budget / BUILD_SHARE_OF_BUDGET => {
             tracing::info!(
@@ -123,4 +154,85 @@ fn build_side_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
         Precision::Exact(bytes) | Precision::Inexact(bytes) => Some(bytes),
         Precision::Absent => None,
     })
+}
+
+/// The outermost hash join of `plan`: the classification's join.
+fn outer_hash_join(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut outer = None;
+    plan.apply(|node| {
+        Ok(if node.as_any().is::<HashJoinExec>() {
+            outer = Some(node.clone());
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(outer)
+}
+
+/// Whether `plan` reads the merge's target.
+fn reads_the_target(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    plan.exists(|node| {
+        Ok(node
+            .as_any()
+            .downcast_ref::<IcebergScanExec>()
+            .is_some_and(|scan| scan.merge_target))
+    })
+}
+
+/// Whether the classification's hash join builds on the source.
+fn builds_on_the_source(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
+    Ok(match outer_hash_join(plan)? {
+        Some(join) => !reads_the_target(&join.children()[0].clone())?,
+        None => false,
+    })
+}
+
+/// `plan` (the prefiltered classification) with its join building on the
+/// target side — the rows the source matches — and probed by the source:
+/// DataFusion estimates a semi join's output at its whole input, and would
+/// build on the source again. A join that collects its build side gets it
+/// in one partition, and keeps the source's partitions as its probe.
+fn built_on_the_target(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
+    if !builds_on_the_source(&plan)? {
+        return Ok(plan);
+    }
+    plan.transform_down(|node| {
+        let Some(join) = node.as_any().downcast_ref::<HashJoinExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let mode = *join.partition_mode();
+        let swapped = join.swap_inputs(mode)?;
+        let swapped = swapped.transform_down(|inner| {
+            let Some(join) = inner.as_any().downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(inner));
+            };
+            if mode != PartitionMode::CollectLeft {
+                return Ok(Transformed::new(
+                    inner.clone(),
+                    false,
+                    TreeNodeRecursion::Stop,
+                ));
+            }
+            let build = join.left().clone();
+            let build: Arc<dyn ExecutionPlan> = match build.output_partitioning().partition_count()
+            {
+                1 => build,
+                _ => Arc::new(CoalescePartitionsExec::new(build)),
+            };
+            let probe = join.right().clone();
+            let probe = match probe.as_any().downcast_ref::<CoalescePartitionsExec>() {
+                Some(coalesce) => coalesce.input().clone(),
+                None => probe,
+            };
+            let rebuilt = inner.clone().with_new_children(vec![build, probe])?;
+            Ok(Transformed::new(rebuilt, true, TreeNodeRecursion::Stop))
+        })?;
+        Ok(Transformed::new(
+            swapped.data,
+            true,
+            TreeNodeRecursion::Jump,
+        ))
+    })
+    .map(|t| t.data)
 }

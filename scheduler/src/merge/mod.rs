@@ -44,6 +44,7 @@ use std::sync::Arc;
 use arrow::datatypes::{DataType, Field};
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
+use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_expr::expressions::{CastExpr, Column};
 use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::PhysicalExpr;
@@ -54,7 +55,7 @@ use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
 use icemerge_planner::merge::{
-    bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement,
+    bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement, TargetPrefilter,
 };
 use icemerge_planner::source_keys::source_key_probe;
 use icemerge_planner::write_mode::{mode_of, WriteMode};
@@ -150,7 +151,7 @@ pub async fn plan_merge(
     ctx.register_table(relation.as_str(), Arc::new(provider.clone()))?;
     let planned = async {
         check_assignment_types(ctx, &bound, &relation, &columns, &target_schema).await?;
-        let sql = classify_sql(&bound, &relation, &columns)?;
+        let sql = classify_sql(&bound, &relation, &columns, TargetPrefilter::None)?;
         let logical = ctx
             .state()
             .create_logical_plan(&sql)
@@ -171,30 +172,51 @@ pub async fn plan_merge(
             // reads the new snapshot as it would have read the old one.
             (true, None)
         };
-        let logical = match keys
+        let pruning = keys
             .as_ref()
-            .and_then(|k| Some((k.predicate.clone()?, k.origin)))
-        {
-            Some((predicate, origin)) => with_target_provider(
-                logical,
-                &relation,
-                Arc::new(
-                    provider
-                        .clone()
-                        .with_pruning(predicate)
-                        .with_pruning_origin(origin),
-                ),
-            )?,
-            None => logical,
-        };
+            .and_then(|k| Some((k.predicate.clone()?, k.origin)));
         let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
-        let logical = logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])?;
+        // The pruned target and the insert routes, in this plan or in the
+        // join strategy's re-planned one.
+        let prepare = |logical: LogicalPlan| -> Result<LogicalPlan> {
+            let logical = match &pruning {
+                Some((predicate, origin)) => with_target_provider(
+                    logical,
+                    &relation,
+                    Arc::new(
+                        provider
+                            .clone()
+                            .with_pruning(predicate.clone())
+                            .with_pruning_origin(*origin),
+                    ),
+                )?,
+                None => logical,
+            };
+            logical.with_param_values(vec![ScalarValue::Float64(Some(routes))])
+        };
+        let logical = prepare(logical)?;
         let delete_predicate = match bound.kind {
             RowLevelKind::Delete => exact_delete_predicate(&logical, &relation),
             _ => None,
         };
+        // A deterministic source can be read twice: once for the target
+        // rows it matches, once joined to them; unless every target row is
+        // needed (NOT MATCHED BY SOURCE: a FULL join).
+        let prefilter = bound.kind == RowLevelKind::Merge
+            && !bound.insert_only
+            && deterministic_source
+            && bound.join_type != "FULL";
+        let prefiltered = if prefilter {
+            Some(join_strategy::Prefiltered {
+                sql: classify_sql(&bound, &relation, &columns, TargetPrefilter::MatchedRows)?,
+                prepare: &prepare,
+            })
+        } else {
+            None
+        };
         let physical =
-            join_strategy::plan_with_join_in_budget(ctx, &logical, hash_join_budget).await?;
+            join_strategy::plan_with_join_in_budget(ctx, &logical, hash_join_budget, prefiltered)
+                .await?;
         Ok::<_, datafusion::error::DataFusionError>((
             physical,
             deterministic_source,

@@ -5,7 +5,8 @@
 //! writer's sort); a merge that cannot fit fails with an
 //! error naming the budget, leaving the table and the warehouse as they
 //! were. A MERGE's join builds its hash table on the side that takes fewer
-//! bytes.
+//! bytes; one that would build on a source too large for its budget builds
+//! on the target rows the source matches, or sorts.
 
 use std::path::Path;
 
@@ -420,6 +421,47 @@ async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sort
     let expected = expected.unwrap();
     assert_eq!(expected[0][0], "680000", "{expected:?}");
     assert_eq!(expected[0][3], "300000", "{expected:?}");
+}
+
+/// The join that builds on the target rows a source matches still fails a
+/// merge whose source matches one target row twice, naming the row, and
+/// leaves the table as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_match_fails_the_merge_built_on_matched_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open(dir.path(), EngineKind::Local, "512MiB").await;
+    session
+        .execute(
+            "CREATE SCHEMA db;
+             CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
+             INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
+               FROM generate_series(1, 500000);
+             CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
+             INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
+               FROM generate_series(1, 300000);
+             INSERT INTO db.src VALUES (600, -1, 'again');",
+        )
+        .await
+        .unwrap();
+    let before = query(&session, "SELECT count(*), sum(v) FROM db.t").await;
+    drop(session);
+    let small = open_with(dir.path(), EngineKind::Local, "48MiB", 2).await;
+    let merge = "MERGE INTO db.t t USING db.src s ON t.id = s.id \
+                 WHEN MATCHED THEN UPDATE SET v = s.v \
+                 WHEN NOT MATCHED THEN INSERT *";
+    let explain = explain_lines(&small, merge).await;
+    assert!(explain.contains("join_type=RightSemi"), "{explain}");
+    let err = small.execute(merge).await.unwrap_err().to_string();
+    assert!(
+        err.contains("id=600") && err.contains("matched more than one source row"),
+        "{err}"
+    );
+    drop(small);
+    let session = open(dir.path(), EngineKind::Local, "512MiB").await;
+    assert_eq!(
+        query(&session, "SELECT count(*), sum(v) FROM db.t").await,
+        before
+    );
 }
 
 /// Every line of `EXPLAIN <merge>`, one string.

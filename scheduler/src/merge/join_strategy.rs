@@ -1,5 +1,11 @@
-//! Which join stage C runs: DataFusion's hash join, unless its build side
-//! would not fit the memory budget, and then a sort-merge join. A hash
+//! Which join stage C runs: DataFusion's hash join; when it would build on
+//! a source estimated at more than a sixteenth of the memory budget, the
+//! hash join of the source to the target rows it matches, building on
+//! those rows (the target narrowed first by a semi join that builds on the
+//! source's ON columns alone: the source is read twice, and neither join
+//! holds its rows; a 100M-row upsert's 11M-row source of 24 columns took
+//! gigabytes as a build side); else, when the build side would not fit a
+//! quarter of the budget, a sort-merge join. A hash
 //! join's output is cut to the batch size (`BatchSlicesExec`): it emits its
 //! unmatched build rows — a merge's inserted rows, when it builds on the
 //! source — as one batch, which the classification above it would

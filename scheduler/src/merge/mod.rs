@@ -14,9 +14,11 @@
 //!   alone, without row ids, for its anti join;
 //! - B: source scan — whatever DataFusion plans for the USING relation;
 //! - C: join / classify — DataFusion's hash join (keys from the ON
-//!   equalities, the rest as join filter), or on the local engine its
-//!   sort-merge join when the hash join's build side is estimated at more
-//!   than a quarter of the memory budget (`join_strategy`), and the
+//!   equalities, the rest as join filter); on the local engine, a join
+//!   that would build on a large source builds on the target rows the
+//!   source matches instead (a semi join first), or, where every target
+//!   row is needed, is a sort-merge join when its build side would not fit
+//!   a quarter of the memory budget (`join_strategy`); and the
 //!   classification projection (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when

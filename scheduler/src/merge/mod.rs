@@ -189,7 +189,7 @@ pub async fn plan_merge(
                         provider
                             .clone()
                             .with_pruning(predicate.clone())
-                            .with_pruning_origin(*origin),
+                            .with_pruning_origin(origin),
                     ),
                 )?,
                 None => logical,

@@ -320,6 +320,18 @@ async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
     }
 }
 
+/// A target of 500k rows (its keys and row ids, estimated at 16 MB) and a
+/// source of 300k rows of ~120 bytes (estimated at 14.4 MB): either side
+/// is estimated at more than a quarter of 48 MiB, and at less than a
+/// sixteenth of 512 MiB.
+const TARGET_AND_SOURCE: &str = "CREATE SCHEMA db;
+     CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
+     INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
+       FROM generate_series(1, 500000);
+     CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
+     INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
+       FROM generate_series(1, 300000);";
+
 /// On the local engine, a MERGE whose join would build on a source
 /// estimated at more than a sixteenth of the budget builds on the target
 /// rows that source matches instead (a semi join on the source's ON
@@ -352,23 +364,7 @@ async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sort
             for (limit, plan) in [("512MiB", "HashJoinExec"), ("48MiB", small_plan)] {
                 let dir = tempfile::tempdir().unwrap();
                 let session = open(dir.path(), engine, "512MiB").await;
-                // A target of 500k rows (its keys and row ids, estimated
-                // at 16 MB); a source of 300k rows of ~120 bytes
-                // (estimated at 14.4 MB). Either side is estimated at more
-                // than a quarter of 48 MiB, and at less than a sixteenth of
-                // 512 MiB.
-                session
-                    .execute(
-                        "CREATE SCHEMA db;
-                         CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
-                         INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
-                           FROM generate_series(1, 500000);
-                         CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
-                         INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
-                           FROM generate_series(1, 300000);",
-                    )
-                    .await
-                    .unwrap();
+                session.execute(TARGET_AND_SOURCE).await.unwrap();
                 drop(session);
                 // Two partitions (a session of one is planned over two for
                 // a sort-merge join anyway, as checked below).
@@ -431,16 +427,9 @@ async fn a_duplicate_match_fails_the_merge_built_on_matched_rows() {
     let dir = tempfile::tempdir().unwrap();
     let session = open(dir.path(), EngineKind::Local, "512MiB").await;
     session
-        .execute(
-            "CREATE SCHEMA db;
-             CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);
-             INSERT INTO db.t SELECT value * 2, value % 7, 'old ' || value
-               FROM generate_series(1, 500000);
-             CREATE TABLE db.src (id BIGINT, v BIGINT, s VARCHAR);
-             INSERT INTO db.src SELECT value * 3, value, 'new ' || repeat('y', 100) || value
-               FROM generate_series(1, 300000);
-             INSERT INTO db.src VALUES (600, -1, 'again');",
-        )
+        .execute(&format!(
+            "{TARGET_AND_SOURCE} INSERT INTO db.src VALUES (600, -1, 'again');"
+        ))
         .await
         .unwrap();
     let before = query(&session, "SELECT count(*), sum(v) FROM db.t").await;

@@ -113,10 +113,7 @@ fn writer_parts(
     write: WriteNode,
     inputs: &[Arc<dyn ExecutionPlan>],
 ) -> Result<WriterParts> {
-    let input = inputs
-        .first()
-        .cloned()
-        .ok_or_else(|| internal(format!("writer of {} without input", write.table)))?;
+    let input = only_input(inputs, &format!("writer of {}", write.table))?;
     let metadata = serde_json::from_str(&write.table_metadata_json).map_err(json_err)?;
     let props = codec.with_own_credentials(write.file_io);
     Ok((
@@ -155,6 +152,14 @@ fn encode_deletes(targets: &TargetFiles) -> Result<HashMap<String, String>> {
             ))
         })
         .collect()
+}
+
+/// The one input of a decoded single-input operator.
+fn only_input(inputs: &[Arc<dyn ExecutionPlan>], operator: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    inputs
+        .first()
+        .cloned()
+        .ok_or_else(|| internal(format!("{operator} without input")))
 }
 
 impl PhysicalExtensionCodec for IcemergePhysicalCodec {
@@ -218,24 +223,15 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 )))
             }
             Some(Node::StageProbe(probe)) => {
-                let input = inputs
-                    .first()
-                    .cloned()
-                    .ok_or_else(|| internal("stage probe without input"))?;
+                let input = only_input(inputs, "stage probe")?;
                 Ok(Arc::new(StageProbeExec::new(probe.stage as usize, input)))
             }
             Some(Node::SortChangesByFile(SortChangesByFileNode {})) => {
-                let input = inputs
-                    .first()
-                    .cloned()
-                    .ok_or_else(|| internal("sort of changes without input"))?;
+                let input = only_input(inputs, "sort of changes")?;
                 Ok(Arc::new(SortChangesByFileExec::try_new(input)?))
             }
             Some(Node::BatchSlices(BatchSlicesNode {})) => {
-                let input = inputs
-                    .first()
-                    .cloned()
-                    .ok_or_else(|| internal("batch slices without input"))?;
+                let input = only_input(inputs, "batch slices")?;
                 Ok(Arc::new(BatchSlicesExec::new(input)))
             }
             None => Err(internal("empty icemerge plan node")),

@@ -32,7 +32,7 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
-use icemerge_proto::error::invalid_input;
+use icemerge_proto::error::{internal, invalid_input};
 use icemerge_proto::merge_rows::{
     MergeOp, FILE_COLUMN, KEY_COLUMN, OP_COLUMN, POS_COLUMN, ROUTE_COLUMN,
 };
@@ -117,6 +117,18 @@ pub struct BoundMerge {
     pub insert_only: bool,
     /// The original statement.
     pub merge: Merge,
+}
+
+impl BoundMerge {
+    /// A WHEN NOT MATCHED BY SOURCE clause acts on the target rows no
+    /// source row matches: every target row must be read and joined
+    /// (nothing pruned, none left out before the join).
+    pub fn needs_every_target_row(&self) -> bool {
+        self.merge
+            .clauses
+            .iter()
+            .any(|c| c.clause_kind == MergeClauseKind::NotMatchedBySource)
+    }
 }
 
 /// One WHEN clause, as EXPLAIN shows it.
@@ -886,16 +898,20 @@ pub fn classify_sql(
             same => same,
         };
         let target = match prefilter {
+            TargetPrefilter::None => target_relation.to_string(),
+            TargetPrefilter::MatchedRows if bound.needs_every_target_row() => {
+                return Err(internal(
+                    "MERGE: the target cannot be narrowed to the rows the source matches: \
+                     a NOT MATCHED BY SOURCE clause needs every target row",
+                ))
+            }
             // Only the target rows some source row matches (a semi join
             // that builds on the source's ON columns alone), so that the
-            // join builds on them rather than on the whole source. Every
-            // target row is needed when one not matched by the source
-            // acts (a FULL join).
-            TargetPrefilter::MatchedRows if bound.join_type != "FULL" => format!(
+            // join builds on them rather than on the whole source.
+            TargetPrefilter::MatchedRows => format!(
                 "(SELECT * FROM {target_relation} AS {t} WHERE EXISTS (SELECT 1 FROM {source} WHERE {}))",
                 merge.on
             ),
-            _ => target_relation.to_string(),
         };
         format!(
             "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} {source_first} JOIN {target} AS {t} ON {}",
@@ -923,7 +939,8 @@ pub enum TargetPrefilter {
     /// Every row the target scan reads.
     None,
     /// Only those some source row matches on ON (an EXISTS over the source,
-    /// which reads the source a second time: for a deterministic source).
+    /// which reads the source a second time: for a deterministic source);
+    /// refused when a NOT MATCHED BY SOURCE clause needs every target row.
     MatchedRows,
 }
 

@@ -13,7 +13,7 @@
 //! target row.
 
 use datafusion::error::Result;
-use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr, MergeClauseKind};
+use datafusion::sql::sqlparser::ast::{BinaryOperator, Expr};
 
 use crate::merge::{conjuncts, ident_value, source_sql, target_column, BoundMerge};
 
@@ -38,11 +38,7 @@ pub fn source_key_probe(
     distinct_limit: usize,
 ) -> Result<Option<SourceKeyProbe>> {
     let merge = &bound.merge;
-    if merge
-        .clauses
-        .iter()
-        .any(|c| c.clause_kind == MergeClauseKind::NotMatchedBySource)
-    {
+    if bound.needs_every_target_row() {
         return Ok(None);
     }
     let (source_alias, source) = source_sql(merge)?;

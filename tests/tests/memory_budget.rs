@@ -336,8 +336,8 @@ const TARGET_AND_SOURCE: &str = "CREATE SCHEMA db;
 /// estimated at more than a sixteenth of the budget builds on the target
 /// rows that source matches instead (a semi join on the source's ON
 /// columns first, `RightSemi`): neither join holds the source's rows. One
-/// that needs every target row (a NOT MATCHED BY SOURCE clause, a FULL
-/// join) and whose smaller side is estimated at more than a quarter of the
+/// that needs every target row (a NOT MATCHED BY SOURCE clause: a FULL or
+/// target-preserving join) and whose smaller side is estimated at more than a quarter of the
 /// budget joins by sort-merge: its sorts spill. Either completes where a
 /// hash join on the source would not fit. A cluster keeps the hash join,
 /// each task building one partition's table. The rows are those of the
@@ -352,11 +352,21 @@ async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sort
          WHEN MATCHED THEN UPDATE SET v = s.v, s = s.s \
          WHEN NOT MATCHED THEN INSERT (id, v, s) VALUES (s.id, s.v, s.s) \
          WHEN NOT MATCHED BY SOURCE AND t.id < 0 THEN DELETE";
+    // A target-preserving join (no NOT MATCHED clause) whose NOT MATCHED BY
+    // SOURCE clause deletes target rows no source row matches: a join built
+    // on the matched target rows alone would keep them.
+    const BY_SOURCE: &str = "MERGE INTO db.t t USING db.src s ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET v = s.v, s = s.s \
+         WHEN NOT MATCHED BY SOURCE AND t.id % 4 = 0 THEN DELETE";
     const CHECK: &str = "SELECT count(*), sum(v), count(DISTINCT s), \
          count(*) FILTER (WHERE s LIKE 'new %') FROM db.t";
-    let mut expected = None;
+    let mut expected: std::collections::HashMap<&str, Vec<Vec<String>>> = Default::default();
     for engine in ENGINES {
-        for (merge, small_plan) in [(MERGE, "join_type=RightSemi"), (FULL, "SortMergeJoinExec")] {
+        for (merge, small_plan, rows_of) in [
+            (MERGE, "join_type=RightSemi", "upsert"),
+            (FULL, "SortMergeJoinExec", "upsert"),
+            (BY_SOURCE, "SortMergeJoinExec", "by source"),
+        ] {
             let small_plan = match engine {
                 EngineKind::Local => small_plan,
                 EngineKind::Cluster => "HashJoinExec",
@@ -404,8 +414,10 @@ async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sort
                     .unwrap_or_else(|e| panic!("{engine:?} {limit}: {e}"));
                 drop(session);
                 let rows = query(&open(dir.path(), engine, "512MiB").await, CHECK).await;
-                match &expected {
-                    None => expected = Some(rows),
+                match expected.get(rows_of) {
+                    None => {
+                        expected.insert(rows_of, rows);
+                    }
                     Some(expected) => assert_eq!(&rows, expected, "{engine:?} {limit} {merge}"),
                 }
             }
@@ -414,9 +426,13 @@ async fn a_merge_whose_source_outgrows_the_budget_builds_on_matched_rows_or_sort
     // 500k rows, plus the 300k source rows less the 120,000 that matched
     // (every even source v, whose id 3v is the target's, less the 30,000
     // multiples of 10 that ON's second conjunct turns away).
-    let expected = expected.unwrap();
-    assert_eq!(expected[0][0], "680000", "{expected:?}");
-    assert_eq!(expected[0][3], "300000", "{expected:?}");
+    let upsert = &expected["upsert"];
+    assert_eq!(upsert[0][0], "680000", "{upsert:?}");
+    assert_eq!(upsert[0][3], "300000", "{upsert:?}");
+    // 500k rows less the 125,000 multiples of 4 no source row matches
+    // (ids 2v with v even; those that are multiples of 3 and match stay).
+    let by_source = &expected["by source"];
+    assert_ne!(by_source[0][0], "500000", "{by_source:?}");
 }
 
 /// The join that builds on the target rows a source matches still fails a

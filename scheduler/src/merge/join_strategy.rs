@@ -44,6 +44,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use datafusion::prelude::SessionContext;
 use icemerge_executor::batch_slices::BatchSlicesExec;
 use icemerge_executor::scan_exec::IcebergScanExec;
+use icemerge_proto::error::internal;
 
 /// The share of the budget a hash join's build side may be estimated at
 /// (1/N).
@@ -54,10 +55,11 @@ const BUILD_SHARE_OF_BUDGET: usize = 4;
 const PREFILTER_SHARE_OF_BUDGET: usize = 16;
 
 /// The classification query with the target prefiltered to the rows the
-/// source matches (`TargetPrefilter::MatchedRows`), and how its logical
-/// plan is prepared as the plain one was (pruned target, insert routes).
+/// source matches (`TargetPrefilter::MatchedRows`), written only when it is
+/// planned, and how its logical plan is prepared as the plain one was
+/// (pruned target, insert routes).
 pub(super) struct Prefiltered<'a> {
-    pub sql: String,
+    pub sql: &'a (dyn Fn() -> Result<String> + Send + Sync),
     pub prepare: &'a (dyn Fn(LogicalPlan) -> Result<LogicalPlan> + Send + Sync),
 }
 
@@ -112,8 +114,8 @@ async fn planned_in_budget(
                 "the source the hash join would build on exceeds a sixteenth of the memory budget: \
                  the join builds on the target rows it matches"
             );
-            let logical =
-                (prefiltered.prepare)(state.create_logical_plan(&prefiltered.sql).await?)?;
+            let sql = (prefiltered.sql)()?;
+            let logical = (prefiltered.prepare)(state.create_logical_plan(&sql).await?)?;
             return built_on_the_target(state.create_physical_plan(&logical).await?);
         }
     }
@@ -143,6 +145,18 @@ async fn planned_in_budget(
 /// The estimated bytes of the build side of the plan's hash join (None
 /// when the plan has none or its inputs have no size estimate).
 fn build_side_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
+    let Some(build) = build_side(plan)? else {
+        return Ok(None);
+    };
+    Ok(match build.partition_statistics(None)?.total_byte_size {
+        Precision::Exact(bytes) | Precision::Inexact(bytes) => Some(bytes),
+        Precision::Absent => None,
+    })
+}
+
+/// The build side of the outermost hash join of `plan` (the
+/// classification's join), if it has one.
+fn build_side(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
     let mut build = None;
     plan.apply(|node| {
         Ok(match node.as_any().downcast_ref::<HashJoinExec>() {
@@ -153,27 +167,7 @@ fn build_side_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
             None => TreeNodeRecursion::Continue,
         })
     })?;
-    let Some(build) = build else {
-        return Ok(None);
-    };
-    Ok(match build.partition_statistics(None)?.total_byte_size {
-        Precision::Exact(bytes) | Precision::Inexact(bytes) => Some(bytes),
-        Precision::Absent => None,
-    })
-}
-
-/// The outermost hash join of `plan`: the classification's join.
-fn outer_hash_join(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let mut outer = None;
-    plan.apply(|node| {
-        Ok(if node.as_any().is::<HashJoinExec>() {
-            outer = Some(node.clone());
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    })?;
-    Ok(outer)
+    Ok(build)
 }
 
 /// Whether `plan` reads the merge's target.
@@ -188,8 +182,8 @@ fn reads_the_target(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
 
 /// Whether the classification's hash join builds on the source.
 fn builds_on_the_source(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    Ok(match outer_hash_join(plan)? {
-        Some(join) => !reads_the_target(&join.children()[0].clone())?,
+    Ok(match build_side(plan)? {
+        Some(build) => !reads_the_target(&build)?,
         None => false,
     })
 }
@@ -208,37 +202,28 @@ fn built_on_the_target(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execution
             return Ok(Transformed::no(node));
         };
         let mode = *join.partition_mode();
-        let swapped = join.swap_inputs(mode)?;
-        let swapped = swapped.transform_down(|inner| {
-            let Some(join) = inner.as_any().downcast_ref::<HashJoinExec>() else {
-                return Ok(Transformed::no(inner));
-            };
-            if mode != PartitionMode::CollectLeft {
-                return Ok(Transformed::new(
-                    inner.clone(),
-                    false,
-                    TreeNodeRecursion::Stop,
-                ));
-            }
-            let build = join.left().clone();
-            let build: Arc<dyn ExecutionPlan> = match build.output_partitioning().partition_count()
-            {
-                1 => build,
-                _ => Arc::new(CoalescePartitionsExec::new(build)),
-            };
-            let probe = join.right().clone();
-            let probe = match probe.as_any().downcast_ref::<CoalescePartitionsExec>() {
+        let swapped = if mode == PartitionMode::CollectLeft {
+            let source = join.left().clone();
+            let source = match source.as_any().downcast_ref::<CoalescePartitionsExec>() {
                 Some(coalesce) => coalesce.input().clone(),
-                None => probe,
+                None => source,
             };
-            let rebuilt = inner.clone().with_new_children(vec![build, probe])?;
-            Ok(Transformed::new(rebuilt, true, TreeNodeRecursion::Stop))
-        })?;
-        Ok(Transformed::new(
-            swapped.data,
-            true,
-            TreeNodeRecursion::Jump,
-        ))
+            let target = join.right().clone();
+            let target: Arc<dyn ExecutionPlan> =
+                match target.output_partitioning().partition_count() {
+                    1 => target,
+                    _ => Arc::new(CoalescePartitionsExec::new(target)),
+                };
+            let inputs_set = node.clone().with_new_children(vec![source, target])?;
+            inputs_set
+                .as_any()
+                .downcast_ref::<HashJoinExec>()
+                .ok_or_else(|| internal("MERGE: the hash join rebuilt as another operator"))?
+                .swap_inputs(mode)?
+        } else {
+            join.swap_inputs(mode)?
+        };
+        Ok(Transformed::new(swapped, true, TreeNodeRecursion::Jump))
     })
     .map(|t| t.data)
 }

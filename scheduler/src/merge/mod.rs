@@ -203,19 +203,17 @@ pub async fn plan_merge(
         };
         // A deterministic source can be read twice: once for the target
         // rows it matches, once joined to them; unless every target row is
-        // needed (NOT MATCHED BY SOURCE: a FULL join).
+        // needed (NOT MATCHED BY SOURCE).
         let prefilter = bound.kind == RowLevelKind::Merge
             && !bound.insert_only
             && deterministic_source
-            && bound.join_type != "FULL";
-        let prefiltered = if prefilter {
-            Some(join_strategy::Prefiltered {
-                sql: classify_sql(&bound, &relation, &columns, TargetPrefilter::MatchedRows)?,
-                prepare: &prepare,
-            })
-        } else {
-            None
-        };
+            && !bound.needs_every_target_row();
+        let prefiltered_sql =
+            || classify_sql(&bound, &relation, &columns, TargetPrefilter::MatchedRows);
+        let prefiltered = prefilter.then_some(join_strategy::Prefiltered {
+            sql: &prefiltered_sql,
+            prepare: &prepare,
+        });
         let physical =
             join_strategy::plan_with_join_in_budget(ctx, &logical, hash_join_budget, prefiltered)
                 .await?;

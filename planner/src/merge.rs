@@ -9,7 +9,8 @@
 //!   rows are filtered out), from the FIRST clause, in statement order, whose
 //!   kind and condition hold;
 //! - `_file`, `_pos`: the target row id (NULL for inserts);
-//! - `__icemerge_key`: the target row's ON-key values, for error messages;
+//! - `__icemerge_key`: the target row's ON-key values (a struct), for error
+//!   messages;
 //! - `__icemerge_route`: the writer partition key (the data file; random for
 //!   inserts);
 //! - the new value of every target column (unassigned columns keep the
@@ -944,7 +945,9 @@ pub enum TargetPrefilter {
     MatchedRows,
 }
 
-/// `'id=' || t.id || ...` over the target columns compared by equality in ON.
+/// `named_struct('id', t.id, ...)` over the target columns compared by
+/// equality in ON: the key values as they are, formatted only when an
+/// error names a row (`icemerge_executor::merge_writer::merge_rows`).
 fn key_expr(on: &Expr, target_alias: &str, columns: &[String]) -> String {
     let mut keys = vec![];
     collect_target_keys(on, target_alias, columns, &mut keys);
@@ -956,14 +959,14 @@ fn key_expr(on: &Expr, target_alias: &str, columns: &[String]) -> String {
         .iter()
         .map(|k| {
             format!(
-                "'{}=' || COALESCE(CAST({}.{} AS VARCHAR), 'NULL')",
+                "'{}', {}.{}",
                 k.replace('\'', "''"),
                 quote(target_alias),
                 quote(k)
             )
         })
         .collect();
-    parts.join(" || ', ' || ")
+    format!("named_struct({})", parts.join(", "))
 }
 
 fn collect_target_keys(expr: &Expr, target_alias: &str, columns: &[String], out: &mut Vec<String>) {
@@ -1153,7 +1156,7 @@ mod tests {
         assert!(delete < update && update < insert, "{sql}");
         assert!(sql.contains(") AS \"s\" LEFT JOIN target_rel"), "{sql}");
         assert!(
-            sql.contains("'id=' || COALESCE(CAST(\"t\".\"id\" AS VARCHAR), 'NULL')"),
+            sql.contains("named_struct('id', \"t\".\"id\") AS __icemerge_key"),
             "{sql}"
         );
     }

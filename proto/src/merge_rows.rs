@@ -9,7 +9,7 @@
 //! | [`OP_COLUMN`] | Int8 | the action, a [`MergeOp`] code |
 //! | [`FILE_COLUMN`] | Utf8View (Utf8 accepted) | row id: the data file path exactly as in the manifest (NULL for inserts) |
 //! | [`POS_COLUMN`] | Int64 | row id: 0-based row position in that file (NULL for inserts) |
-//! | [`KEY_COLUMN`] | Utf8 | the target row's ON-key values, for error messages |
+//! | [`KEY_COLUMN`] | Struct of the ON-key columns (a NULL Utf8 when ON compares no target column, or nothing is matched) | the target row's ON-key values, for error messages |
 //! | [`ROUTE_COLUMN`] | Utf8View or Utf8 | the writer partition key: the data file, or a spread value for inserts |
 //!
 //! The exchange into stage D partitions the rows by [`ROUTE_COLUMN`] and
@@ -26,7 +26,8 @@ pub const OP_COLUMN: &str = "__icemerge_op";
 pub const FILE_COLUMN: &str = "_file";
 /// Row id: the target row's 0-based position in its data file.
 pub const POS_COLUMN: &str = "_pos";
-/// The target row's ON-key values as text (`id=2, k=x`), for error messages.
+/// The target row's ON-key values, a struct of the target columns ON compares
+/// by equality (formatted `id=2, k=x` only when an error names the row).
 pub const KEY_COLUMN: &str = "__icemerge_key";
 /// The writer partition a merge row is routed to.
 pub const ROUTE_COLUMN: &str = "__icemerge_route";

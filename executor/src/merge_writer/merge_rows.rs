@@ -6,9 +6,10 @@
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, AsArray, Int64Array, Int8Array, RecordBatch, StringArray, StringViewArray, UInt32Array,
+    Array, ArrayRef, AsArray, Int64Array, Int8Array, RecordBatch, StringViewArray, UInt32Array,
 };
 use arrow::datatypes::{DataType, Int64Type, Int8Type, Schema, SchemaRef};
+use arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::error::{DataFusionError, Result};
 use icemerge_proto::merge_rows::{MergeOp, FILE_COLUMN, KEY_COLUMN, OP_COLUMN, POS_COLUMN};
 
@@ -25,12 +26,31 @@ fn file_views(column: &arrow::array::ArrayRef) -> Result<StringViewArray> {
         .clone())
 }
 
+/// `id=2, k=x`: the fields of the key struct `keys` at row `i` (NULL
+/// values as `NULL`); `None` for a key that is not a struct.
+fn key_text(keys: &ArrayRef, i: usize) -> Option<String> {
+    let keys = keys.as_struct_opt()?;
+    let options = FormatOptions::default().with_null("NULL");
+    let parts: Option<Vec<String>> = keys
+        .fields()
+        .iter()
+        .zip(keys.columns())
+        .map(|(field, values)| {
+            let value = ArrayFormatter::try_new(values.as_ref(), &options).ok()?;
+            Some(format!("{}={}", field.name(), value.value(i)))
+        })
+        .collect();
+    Some(parts?.join(", "))
+}
+
 /// The merge-row contract columns of one batch, and its target columns.
 pub(crate) struct MergeRows {
     pub ops: Int8Array,
     files: Option<StringViewArray>,
     positions: Option<Int64Array>,
-    keys: Option<StringArray>,
+    /// The ON-key values: a struct of the key columns (or an all-NULL
+    /// column when there is none).
+    keys: Option<ArrayRef>,
     /// The target columns (they come last), in the table's types.
     pub values: RecordBatch,
 }
@@ -49,12 +69,13 @@ impl MergeRows {
         Ok((files.value(i), positions.value(i)))
     }
 
-    /// How an error names the target row `i` at `pos`.
+    /// How an error names the target row `i` at `pos`: `key (id=2, k=x)`.
     fn describe(&self, i: usize, pos: i64) -> String {
         self.keys
             .as_ref()
             .filter(|k| k.is_valid(i))
-            .map(|k| format!("key ({})", k.value(i)))
+            .and_then(|k| key_text(k, i))
+            .map(|k| format!("key ({k})"))
             .unwrap_or_else(|| format!("row at position {pos}"))
     }
 
@@ -129,7 +150,7 @@ impl MergeRowReader {
             ops,
             files: column(FILE_COLUMN).map(file_views).transpose()?,
             positions: column(POS_COLUMN).map(|c| c.as_primitive::<Int64Type>().clone()),
-            keys: column(KEY_COLUMN).map(|c| c.as_string::<i32>().clone()),
+            keys: column(KEY_COLUMN).cloned(),
             values: self.values(batch)?,
         })
     }

@@ -484,53 +484,28 @@ fn targets(out: &mut String, report: &Report) {
     let _ = writeln!(out, "### Targets, as measured\n");
     for scale in report.scales.iter().rev() {
         let _ = writeln!(out, "At {} rows:\n", scale.rows);
-        let mut pass = 0;
-        let mut fail = vec![];
-        for c in &scale.cases {
-            let (Some(l), Some(d)) = (
-                c.local.as_ref().and_then(|e| e.median_seconds()),
-                c.peer_seconds("delta"),
-            ) else {
-                continue;
-            };
-            if l / d <= 0.5 {
-                pass += 1;
-            } else {
-                fail.push(match c.floor_seconds() {
-                    Some(f) => format!("{} ({:.2}; the floor alone {:.2})", c.name, l / d, f / d),
-                    None => format!("{} ({:.2})", c.name, l / d),
-                });
-            }
-        }
-        let _ = writeln!(
+        ratio_target(
             out,
-            "- icemerge local ≤ 0.5× delta-rs: met on {pass} of {} cases{}",
-            pass + fail.len(),
-            missed(&fail)
+            scale,
+            "icemerge local ≤ 0.5× delta-rs",
+            0.5,
+            |c| Some(c.local.as_ref()?.median_seconds()? / c.peer_seconds("delta")?),
+            |c, r| match (c.floor_seconds(), c.peer_seconds("delta")) {
+                (Some(f), Some(d)) => format!("{} ({r:.2}; the floor alone {:.2})", c.name, f / d),
+                _ => format!("{} ({r:.2})", c.name),
+            },
         );
-        let mut pass = 0;
-        let mut fail = vec![];
-        for c in &scale.cases {
-            let (Some(l), Some(k)) = (
-                c.local.as_ref().and_then(|e| e.median_seconds()),
-                c.cluster.as_ref().and_then(|e| e.median_seconds()),
-            ) else {
-                continue;
-            };
-            if k / l <= 1.3 {
-                pass += 1;
-            } else {
-                fail.push(format!("{} ({:.2})", c.name, k / l));
-            }
-        }
-        if pass + fail.len() > 0 {
-            let _ = writeln!(
-                out,
-                "- icemerge cluster ≤ 1.3× local: met on {pass} of {} cases{}",
-                pass + fail.len(),
-                missed(&fail)
-            );
-        }
+        ratio_target(
+            out,
+            scale,
+            "icemerge cluster ≤ 1.3× local",
+            1.3,
+            |c| {
+                let local = c.local.as_ref()?.median_seconds()?;
+                Some(c.cluster.as_ref()?.median_seconds()? / local)
+            },
+            |c, r| format!("{} ({r:.2})", c.name),
+        );
         if scale.rows >= 100_000_000 {
             let rss: Vec<String> = scale
                 .cases
@@ -638,13 +613,42 @@ const END: &str = "<!-- results:end -->";
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
-/// "; missed on a, b" (nothing when none was missed).
-fn missed(fail: &[String]) -> String {
-    if fail.is_empty() {
-        String::new()
-    } else {
-        format!("; missed on {}", fail.join(", "))
+/// The line of a target on a ratio, "- `what`: met on N of M cases; missed
+/// on a (1.40), ...", over the cases of `scale` that have the ratio
+/// (`ratio`; nothing when none has); a ratio above `limit` is a miss,
+/// named by `miss`.
+fn ratio_target(
+    out: &mut String,
+    scale: &ScaleResult,
+    what: &str,
+    limit: f64,
+    ratio: impl Fn(&CaseResult) -> Option<f64>,
+    miss: impl Fn(&CaseResult, f64) -> String,
+) {
+    let ratios: Vec<(&CaseResult, f64)> = scale
+        .cases
+        .iter()
+        .filter_map(|c| Some((c, ratio(c)?)))
+        .collect();
+    if ratios.is_empty() {
+        return;
     }
+    let missed: Vec<String> = ratios
+        .iter()
+        .filter(|(_, r)| *r > limit)
+        .map(|(c, r)| miss(c, *r))
+        .collect();
+    let _ = writeln!(
+        out,
+        "- {what}: met on {} of {} cases{}",
+        ratios.len() - missed.len(),
+        ratios.len(),
+        if missed.is_empty() {
+            String::new()
+        } else {
+            format!("; missed on {}", missed.join(", "))
+        }
+    );
 }
 
 /// The generated Markdown.

@@ -882,11 +882,27 @@ pub fn classify_sql(
     .into_iter()
     .chain(columns.iter().map(|c| quote(c)))
     .collect();
+    // The target rows the join reads: every row the scan reads, or only
+    // those some source row matches (a semi join that builds on the
+    // source's ON columns alone).
+    let target = match prefilter {
+        TargetPrefilter::None => target_relation.to_string(),
+        TargetPrefilter::MatchedRows if bound.needs_every_target_row() => {
+            return Err(internal(
+                "MERGE: the target cannot be narrowed to the rows the source matches: \
+                 a NOT MATCHED BY SOURCE clause needs every target row",
+            ))
+        }
+        TargetPrefilter::MatchedRows => format!(
+            "(SELECT * FROM {target_relation} AS {t} WHERE EXISTS (SELECT 1 FROM {source} WHERE {}))",
+            merge.on
+        ),
+    };
     let rows = if insert_only {
         // The source rows no target row matches: the target side of the
         // join carries the ON columns only, no row ids.
         format!(
-            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} LEFT ANTI JOIN {target_relation} AS {t} ON {}",
+            "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} LEFT ANTI JOIN {target} AS {t} ON {}",
             merge.on
         )
     } else if bound.kind == RowLevelKind::Merge {
@@ -897,22 +913,6 @@ pub fn classify_sql(
             "RIGHT" => "LEFT",
             "LEFT" => "RIGHT",
             same => same,
-        };
-        let target = match prefilter {
-            TargetPrefilter::None => target_relation.to_string(),
-            TargetPrefilter::MatchedRows if bound.needs_every_target_row() => {
-                return Err(internal(
-                    "MERGE: the target cannot be narrowed to the rows the source matches: \
-                     a NOT MATCHED BY SOURCE clause needs every target row",
-                ))
-            }
-            // Only the target rows some source row matches (a semi join
-            // that builds on the source's ON columns alone), so that the
-            // join builds on them rather than on the whole source.
-            TargetPrefilter::MatchedRows => format!(
-                "(SELECT * FROM {target_relation} AS {t} WHERE EXISTS (SELECT 1 FROM {source} WHERE {}))",
-                merge.on
-            ),
         };
         format!(
             "(SELECT *, TRUE AS {SOURCE_MARK} FROM {source}) AS {s} {source_first} JOIN {target} AS {t} ON {}",

@@ -59,6 +59,24 @@ async fn explain_merge_shows_the_stage_graph() {
         );
         assert!(text.contains("tasks: "), "{text}");
         assert!(!text.contains("StageProbeExec"), "{text}");
+        // A cluster's target scan tasks drop the rows no source key
+        // matches before the exchange: the source's ON columns are
+        // collected into each (a stage of their own), and only the matched
+        // rows are shuffled to the join.
+        let stages = match engine {
+            EngineKind::Local => {
+                assert!(!text.contains("filter target by source keys"), "{text}");
+                5
+            }
+            EngineKind::Cluster => {
+                assert!(text.contains("filter target by source keys"), "{text}");
+                assert!(
+                    text.contains("HashJoinExec: mode=CollectLeft, join_type=RightSemi"),
+                    "{text}"
+                );
+                7
+            }
+        };
 
         let dot = lines(&session, &format!("EXPLAIN (FORMAT GRAPHVIZ) {MERGE}")).await;
         assert!(dot[0].starts_with("digraph"), "{dot:?}");
@@ -69,11 +87,11 @@ async fn explain_merge_shows_the_stage_graph() {
         )
         .unwrap();
         assert!(!plan.analyzed);
-        assert_eq!(plan.stages.len(), 5, "{plan:?}");
+        assert_eq!(plan.stages.len(), stages, "{plan:?}");
         assert!(plan.stages.iter().all(|s| s.figures.is_none()));
 
         let svg = document(&session, &format!("EXPLAIN (FORMAT SVG) {MERGE}")).await;
-        assert_eq!(stage_boxes(&svg), vec![1, 2, 3, 4, 5], "{svg}");
+        assert_eq!(stage_boxes(&svg), (1..=stages).collect::<Vec<_>>(), "{svg}");
 
         // EXPLAIN changes nothing.
         assert_eq!(
@@ -190,12 +208,22 @@ const EXACT_MERGE: &str = "MERGE INTO db.t USING (VALUES (2, 'B'), (150, 'C'), (
      WHEN NOT MATCHED THEN INSERT *";
 
 fn figures(doc: &ExplainDocument, kind: StageKind) -> &StageFigures {
-    let stages: Vec<_> = doc.stages.iter().filter(|s| s.stage.kind == kind).collect();
+    let stages = all_figures(doc, kind);
     assert_eq!(stages.len(), 1, "one {kind:?} stage in {doc:#?}");
     stages[0]
-        .figures
-        .as_ref()
-        .unwrap_or_else(|| panic!("{kind:?} has no figures: {doc:#?}"))
+}
+
+/// The figures of every stage of `kind`.
+fn all_figures(doc: &ExplainDocument, kind: StageKind) -> Vec<&StageFigures> {
+    doc.stages
+        .iter()
+        .filter(|s| s.stage.kind == kind)
+        .map(|s| {
+            s.figures
+                .as_ref()
+                .unwrap_or_else(|| panic!("{kind:?} has no figures: {doc:#?}"))
+        })
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -246,12 +274,28 @@ async fn explain_analyze_counts_are_exact_on_both_engines() {
             "{context}"
         );
         assert!(scan.bytes_read > 0, "{context}");
-        let source = figures(&doc, StageKind::ScanSource);
-        assert_eq!(source.rows_out, 5, "{context}");
         // The join sends one merge row per matched or inserted source row.
+        // On a cluster, the target rows reach it through the filter by
+        // the source's keys (read a second time): the 3 that match.
         let join = figures(&doc, StageKind::Join);
-        assert_eq!(join.rows_in, Some(205), "{context}");
         assert_eq!(join.rows_out, 3 + 2, "{context}");
+        let sources = all_figures(&doc, StageKind::ScanSource);
+        assert!(sources.iter().all(|s| s.rows_out == 5), "{context}");
+        let stages = match engine {
+            EngineKind::Local => {
+                assert_eq!(sources.len(), 1, "{context}");
+                assert_eq!(join.rows_in, Some(205), "{context}");
+                5
+            }
+            EngineKind::Cluster => {
+                assert_eq!(sources.len(), 2, "{context}");
+                let filter = figures(&doc, StageKind::TargetFilter);
+                assert_eq!(filter.rows_in, Some(205), "{context}");
+                assert_eq!(filter.rows_out, 3, "{context}");
+                assert_eq!(join.rows_in, Some(5 + 3), "{context}");
+                7
+            }
+        };
         // The writer takes every merge row, re-reads the two files it
         // rewrites and writes what the commit adds.
         let writer = figures(&doc, StageKind::MergeWriter);
@@ -301,10 +345,15 @@ async fn explain_analyze_counts_are_exact_on_both_engines() {
             }
             EngineKind::Cluster => {
                 let executors = &session.cluster().unwrap().executor_ids;
+                // Every stage but the target scan, pipelined into the
+                // filter by the source's keys, ends in a shuffle.
+                let pipelined: Vec<_> = doc.stages.iter().filter(|s| s.stage.pipelined).collect();
+                assert_eq!(pipelined.len(), 1, "{context}");
+                assert_eq!(pipelined[0].stage.kind, StageKind::ScanTarget, "{context}");
                 for entry in doc
                     .stages
                     .iter()
-                    .filter(|s| s.stage.kind != StageKind::Commit)
+                    .filter(|s| s.stage.kind != StageKind::Commit && !s.stage.pipelined)
                 {
                     let f = entry.figures.as_ref().unwrap();
                     assert!(entry.stage.ballista_stage.is_some(), "{context}");
@@ -326,7 +375,7 @@ async fn explain_analyze_counts_are_exact_on_both_engines() {
             .last_run()
             .map(|doc| icemerge_planner::explain::render_svg(&doc))
             .unwrap();
-        assert_eq!(stage_boxes(&svg), vec![1, 2, 3, 4, 5]);
+        assert_eq!(stage_boxes(&svg), (1..=stages).collect::<Vec<_>>());
         assert!(svg.contains("rows: 200 in, 200 out"), "{svg}");
         assert!(matches!(
             session
@@ -526,9 +575,16 @@ async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
     )
     .await;
     let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
-    let source = figures(&doc, StageKind::ScanSource);
-    assert_eq!(source.rows_out, 50_000, "{json}");
-    let shuffled = source.bytes_shuffled.expect("a cluster stage shuffles");
+    // The source is read twice: its keys, collected by the target scan
+    // tasks, and its rows, shuffled to the join.
+    let sources = all_figures(&doc, StageKind::ScanSource);
+    assert_eq!(sources.len(), 2, "{json}");
+    assert!(sources.iter().all(|s| s.rows_out == 50_000), "{json}");
+    let shuffled = sources
+        .iter()
+        .map(|s| s.bytes_shuffled.expect("a cluster stage shuffles"))
+        .max()
+        .unwrap();
     assert!(
         shuffled > 0 && shuffled < 50_000 * 200 / 4,
         "{shuffled} bytes shuffled for 50000 rows of 200 repeated bytes: {json}"

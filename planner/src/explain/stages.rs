@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use datafusion::common::JoinType;
 use datafusion::error::Result;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{
@@ -39,6 +40,9 @@ pub enum StageKind {
     ScanTarget,
     /// Any other stage without input stages.
     ScanSource,
+    /// MERGE's semi join of the target to the source's ON columns: the
+    /// target rows some source row matches, ahead of the join.
+    TargetFilter,
     /// A join (MERGE: the classification of target × source).
     Join,
     /// MERGE's copy-on-write writer.
@@ -141,6 +145,13 @@ fn is_join(node: &Arc<dyn ExecutionPlan>) -> bool {
         || any.is::<SymmetricHashJoinExec>()
 }
 
+/// A hash join that outputs one side's rows that match the other's.
+fn is_semi_join(node: &Arc<dyn ExecutionPlan>) -> bool {
+    node.as_any()
+        .downcast_ref::<HashJoinExec>()
+        .is_some_and(|join| matches!(join.join_type(), JoinType::LeftSemi | JoinType::RightSemi))
+}
+
 /// The target's row-id scan.
 fn scans_row_ids(node: &Arc<dyn ExecutionPlan>) -> bool {
     node.as_any()
@@ -173,6 +184,8 @@ fn kind_and_role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> (StageKi
             StageKind::MergeWriter,
             "writer: merge-on-read, position deletes per data file, duplicate-match check",
         )
+    } else if has(is_semi_join) && !has(classifies) {
+        (StageKind::TargetFilter, "filter target by source keys")
     } else if has(is_join) {
         (StageKind::Join, "join / classify")
     } else if has(scans_row_ids) && has(classifies) {

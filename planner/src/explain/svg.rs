@@ -124,7 +124,7 @@ impl StageBox {
     fn fill(&self) -> &'static str {
         match self.kind {
             StageKind::ScanTarget | StageKind::ScanSource => "#e3f2fd",
-            StageKind::Join => "#fff3e0",
+            StageKind::TargetFilter | StageKind::Join => "#fff3e0",
             StageKind::MergeWriter | StageKind::Writer => "#e8f5e9",
             StageKind::Commit => "#f3e5f5",
             StageKind::Compute => "#f5f5f5",

@@ -30,17 +30,33 @@
 //! first side's sort, running alone, takes most of the pool and holds its
 //! sorted rows (memory that cannot spill) while the other side's sort
 //! starts, which then fails (a 1M-row merge in 96 MiB).
+//!
+//! On a cluster, what costs is the shuffle: every target row the scan
+//! reads is written to and read from an exchange on its way to the join,
+//! though a merge matches few of them (an insert-only merge of new keys,
+//! none). So a cluster joins the source to the target rows it matches
+//! (`TargetPrefilter::MatchedRows`, for a deterministic source without a
+//! NOT MATCHED BY SOURCE clause), and the semi join that finds those rows
+//! collects the source's ON columns whole into every target scan task
+//! (when they are estimated at no more than `COLLECTED_SOURCE_KEYS`): each
+//! task drops the target rows no source row matches before the exchange,
+//! and only the matched rows are shuffled. The semi join outputs the
+//! target's rows alone, each once, so a task holding the whole source
+//! gives the rows the partitioned join gave.
 
 use std::sync::Arc;
 
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::JoinType;
 use datafusion::error::Result;
+use datafusion::execution::SessionState;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use datafusion::prelude::SessionContext;
 use icemerge_executor::batch_slices::BatchSlicesExec;
 use icemerge_executor::scan_exec::IcebergScanExec;
@@ -54,6 +70,22 @@ const BUILD_SHARE_OF_BUDGET: usize = 4;
 /// is joined to the target rows it matches instead (1/N).
 const PREFILTER_SHARE_OF_BUDGET: usize = 16;
 
+/// The most bytes the source's ON columns may be estimated at for a
+/// cluster to send them whole to every target scan task (each builds a
+/// hash table of them).
+const COLLECTED_SOURCE_KEYS: usize = 128 << 20;
+
+/// Where a merge's join runs, which decides how it is planned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JoinEngine {
+    /// The local engine: every partition builds its hash table at once,
+    /// in `budget` (None: no limit).
+    Local { budget: Option<usize> },
+    /// A cluster: each task builds one partition's table; the target rows
+    /// cross an exchange to reach the join.
+    Cluster,
+}
+
 /// The classification query with the target prefiltered to the rows the
 /// source matches (`TargetPrefilter::MatchedRows`), written only when it is
 /// planned, and how its logical plan is prepared as the plain one was
@@ -63,18 +95,132 @@ pub(super) struct Prefiltered<'a> {
     pub prepare: &'a (dyn Fn(LogicalPlan) -> Result<LogicalPlan> + Send + Sync),
 }
 
-/// The physical plan of `logical`: as the session plans it (a hash join),
-/// or, when the hash join would build on a source estimated at more than a
-/// sixteenth of `budget`, the `prefiltered` plan building on the target
-/// rows the source matches, or with a sort-merge join when the build side
-/// is estimated at more than a quarter of `budget` (None: the hash join).
-pub(super) async fn plan_with_join_in_budget(
+/// The physical plan of `logical`: as the session plans it (a hash join);
+/// on the local engine, when the hash join would build on a source
+/// estimated at more than a sixteenth of `budget`, the `prefiltered` plan
+/// building on the target rows the source matches, or with a sort-merge
+/// join when the build side is estimated at more than a quarter of
+/// `budget`; on a cluster, the `prefiltered` plan whose target scan tasks
+/// drop unmatched rows before the exchange, when the source's ON columns
+/// are small enough to send to each.
+pub(super) async fn plan_join(
     ctx: &SessionContext,
     logical: &LogicalPlan,
-    budget: Option<usize>,
+    engine: JoinEngine,
     prefiltered: Option<Prefiltered<'_>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    with_hash_join_output_sliced(planned_in_budget(ctx, logical, budget, prefiltered).await?)
+    let plan = match engine {
+        JoinEngine::Local { budget } => {
+            planned_in_budget(ctx, logical, budget, prefiltered).await?
+        }
+        JoinEngine::Cluster => planned_on_a_cluster(&ctx.state(), logical, prefiltered).await?,
+    };
+    with_hash_join_output_sliced(plan)
+}
+
+/// The cluster's plan (see the module doc): the prefiltered one with the
+/// source's ON columns collected into the target scan tasks, or the plain
+/// one when there is no prefiltered plan or those columns are not
+/// estimated within `COLLECTED_SOURCE_KEYS`.
+async fn planned_on_a_cluster(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    prefiltered: Option<Prefiltered<'_>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let plain = state.create_physical_plan(logical).await?;
+    let Some(prefiltered) = prefiltered else {
+        return Ok(plain);
+    };
+    let sql = (prefiltered.sql)()?;
+    let logical = (prefiltered.prepare)(state.create_logical_plan(&sql).await?)?;
+    let Some(plan) = with_source_keys_collected(state.create_physical_plan(&logical).await?)?
+    else {
+        return Ok(plain);
+    };
+    // The join builds on the side the plain plan builds on: DataFusion
+    // has no byte estimate of a semi join's output, and would compare row
+    // counts alone; the matched target rows take no more than the target.
+    if builds_on_the_source(&plain)? == builds_on_the_source(&plan)? {
+        Ok(plan)
+    } else {
+        with_outer_join_swapped(plan)
+    }
+}
+
+/// `plan` with its semi join of the target to the source's ON columns
+/// (a partitioned `RightSemi` join building on the source) collecting
+/// those columns whole in each task, which then filters its own target
+/// rows, with no exchange of them before the join; the rows it keeps are
+/// hash-partitioned as the partitioned join's were. None when the plan
+/// has no such join or the collected side is not estimated within
+/// `COLLECTED_SOURCE_KEYS`.
+fn with_source_keys_collected(
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut collected = 0;
+    let plan = plan
+        .transform_down(|node| {
+            let Some(join) = node.as_any().downcast_ref::<HashJoinExec>() else {
+                return Ok(Transformed::no(node));
+            };
+            if *join.partition_mode() != PartitionMode::Partitioned {
+                return Ok(Transformed::no(node));
+            }
+            let (left_target, right_target) = (
+                reads_the_target(join.left())?,
+                reads_the_target(join.right())?,
+            );
+            // The semi join with the source's keys on the build side.
+            let semi = match join.join_type() {
+                JoinType::RightSemi if !left_target && right_target => node.clone(),
+                JoinType::LeftSemi if left_target && !right_target => {
+                    join.swap_inputs(PartitionMode::Partitioned)?
+                }
+                _ => return Ok(Transformed::no(node)),
+            };
+            let join = semi
+                .as_any()
+                .downcast_ref::<HashJoinExec>()
+                .ok_or_else(|| internal("MERGE: the semi join swapped into another operator"))?;
+            let source = without_exchange(join.left());
+            let within = match source.partition_statistics(None)?.total_byte_size {
+                Precision::Exact(bytes) | Precision::Inexact(bytes) => {
+                    bytes <= COLLECTED_SOURCE_KEYS
+                }
+                Precision::Absent => false,
+            };
+            let partitioning = node.output_partitioning().clone();
+            if !within || !matches!(partitioning, Partitioning::Hash(..)) {
+                return Ok(Transformed::new(node, false, TreeNodeRecursion::Stop));
+            }
+            let filtering = join
+                .builder()
+                .with_partition_mode(PartitionMode::CollectLeft)
+                .with_new_children(vec![
+                    Arc::new(CoalescePartitionsExec::new(source)),
+                    without_exchange(join.right()),
+                ])?
+                .reset_state()
+                .build_exec()?;
+            collected += 1;
+            Ok(Transformed::new(
+                Arc::new(RepartitionExec::try_new(filtering, partitioning)?)
+                    as Arc<dyn ExecutionPlan>,
+                true,
+                TreeNodeRecursion::Jump,
+            ))
+        })?
+        .data;
+    Ok((collected == 1).then_some(plan))
+}
+
+/// `plan` without the exchanges (repartitions) on top of it.
+fn without_exchange(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
+    let mut plan = plan.clone();
+    while let Some(exchange) = plan.as_any().downcast_ref::<RepartitionExec>() {
+        plan = exchange.input().clone();
+    }
+    plan
 }
 
 /// Every hash join of `plan` under a `BatchSlicesExec`.
@@ -191,30 +337,36 @@ fn builds_on_the_source(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
 /// `plan` (the prefiltered classification) with its join building on the
 /// target side — the rows the source matches — and probed by the source:
 /// DataFusion estimates a semi join's output at its whole input, and would
-/// build on the source again. A join that collects its build side gets it
-/// in one partition, and keeps the source's partitions as its probe.
+/// build on the source again.
 fn built_on_the_target(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     if !builds_on_the_source(&plan)? {
         return Ok(plan);
     }
+    with_outer_join_swapped(plan)
+}
+
+/// `plan` with the inputs of its outermost hash join swapped. A join that
+/// collects its build side gets the new one in one partition, and keeps
+/// the other's partitions as its probe.
+fn with_outer_join_swapped(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     plan.transform_down(|node| {
         let Some(join) = node.as_any().downcast_ref::<HashJoinExec>() else {
             return Ok(Transformed::no(node));
         };
         let mode = *join.partition_mode();
         let swapped = if mode == PartitionMode::CollectLeft {
-            let source = join.left().clone();
-            let source = match source.as_any().downcast_ref::<CoalescePartitionsExec>() {
+            let build = join.left().clone();
+            let build = match build.as_any().downcast_ref::<CoalescePartitionsExec>() {
                 Some(coalesce) => coalesce.input().clone(),
-                None => source,
+                None => build,
             };
-            let target = join.right().clone();
-            let target: Arc<dyn ExecutionPlan> =
-                match target.output_partitioning().partition_count() {
-                    1 => target,
-                    _ => Arc::new(CoalescePartitionsExec::new(target)),
-                };
-            let inputs_set = node.clone().with_new_children(vec![source, target])?;
+            let probe = join.right().clone();
+            let probe: Arc<dyn ExecutionPlan> = match probe.output_partitioning().partition_count()
+            {
+                1 => probe,
+                _ => Arc::new(CoalescePartitionsExec::new(probe)),
+            };
+            let inputs_set = node.clone().with_new_children(vec![build, probe])?;
             inputs_set
                 .as_any()
                 .downcast_ref::<HashJoinExec>()

@@ -18,7 +18,9 @@
 //!   that would build on a large source builds on the target rows the
 //!   source matches instead (a semi join first), or, where every target
 //!   row is needed, is a sort-merge join when its build side would not fit
-//!   a quarter of the memory budget (`join_strategy`); and the
+//!   a quarter of the memory budget; on a cluster, the target scan tasks
+//!   drop the rows no source key matches before the exchange, the
+//!   source's ON columns collected into each (`join_strategy`); and the
 //!   classification projection (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
@@ -74,6 +76,7 @@ use dynamic_pruning::{
     is_volatile, join_source, probe_source_keys, target_files, ScannedTargets, DISTINCT_LIMIT,
 };
 use insert_routes::insert_routes;
+pub use join_strategy::JoinEngine;
 pub use metadata_delete::MetadataDelete;
 use metadata_delete::{exact_delete_predicate, metadata_only_delete};
 
@@ -110,10 +113,8 @@ pub struct PlannedMerge {
 }
 
 /// Plans `statement` (a MERGE, or an UPDATE or DELETE bound as one)
-/// against `base` (the target at its current snapshot). With
-/// `hash_join_budget` (the bytes every partition's hash table is built in
-/// at once: the local engine's budget), a join whose build side would not
-/// fit a quarter of it is a sort-merge join (`join_strategy`).
+/// against `base` (the target at its current snapshot), its join planned
+/// for `engine` (`join_strategy`).
 pub async fn plan_merge(
     ctx: &datafusion::prelude::SessionContext,
     statement: RowLevelStatement,
@@ -121,7 +122,7 @@ pub async fn plan_merge(
     table_name: String,
     file_io_props: std::collections::HashMap<String, String>,
     writers: usize,
-    hash_join_budget: Option<usize>,
+    engine: JoinEngine,
 ) -> Result<PlannedMerge> {
     let bound = bind_merge(statement)?;
     let isolation_property = match bound.kind {
@@ -203,9 +204,11 @@ pub async fn plan_merge(
         };
         // A deterministic source can be read twice: once for the target
         // rows it matches, once joined to them; unless every target row is
-        // needed (NOT MATCHED BY SOURCE).
+        // needed (NOT MATCHED BY SOURCE). An insert-only merge's join
+        // builds on the source's keys anyway: narrowing its target pays on
+        // a cluster only, where it saves the exchange.
         let prefilter = bound.kind == RowLevelKind::Merge
-            && !bound.insert_only
+            && (!bound.insert_only || engine == JoinEngine::Cluster)
             && deterministic_source
             && !bound.needs_every_target_row();
         let prefiltered_sql =
@@ -214,9 +217,7 @@ pub async fn plan_merge(
             sql: &prefiltered_sql,
             prepare: &prepare,
         });
-        let physical =
-            join_strategy::plan_with_join_in_budget(ctx, &logical, hash_join_budget, prefiltered)
-                .await?;
+        let physical = join_strategy::plan_join(ctx, &logical, engine, prefiltered).await?;
         Ok::<_, datafusion::error::DataFusionError>((
             physical,
             deterministic_source,

@@ -192,7 +192,7 @@ impl Session {
             name,
             self.catalog.file_io_props.clone(),
             writers,
-            self.hash_join_budget(),
+            self.join_engine(),
         )
         .await?;
         planned.schema_evolved_from = schema_evolved_from;

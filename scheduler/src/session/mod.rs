@@ -74,6 +74,7 @@ use crate::engine::{
     now_nanos, Engine, EngineKind, FigureCollector, InProcessCluster, JobControl,
     PlanRun as EnginePlanRun, Rows, SchedulerTarget,
 };
+use crate::merge::JoinEngine;
 use icemerge_proto::error::{invalid_input, unsupported};
 use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 
@@ -319,16 +320,18 @@ impl Session {
         self.plan_runs.load(Ordering::SeqCst)
     }
 
-    /// The memory a MERGE's hash join builds every partition's table in at
-    /// once: the local engine's budget. None on a cluster, whose tasks
-    /// build a partition each, in turns (`merge::join_strategy`).
-    fn hash_join_budget(&self) -> Option<usize> {
-        match (
-            &self.engine,
-            self.ctx.runtime_env().memory_pool.memory_limit(),
-        ) {
-            (Engine::Local, MemoryLimit::Finite(bytes)) => Some(bytes),
-            _ => None,
+    /// Where a MERGE's join runs (`merge::join_strategy`): on the local
+    /// engine, in the budget its partitions build their hash tables in at
+    /// once; on a cluster, whose tasks build a partition each, in turns.
+    fn join_engine(&self) -> JoinEngine {
+        match &self.engine {
+            Engine::Local => JoinEngine::Local {
+                budget: match self.ctx.runtime_env().memory_pool.memory_limit() {
+                    MemoryLimit::Finite(bytes) => Some(bytes),
+                    _ => None,
+                },
+            },
+            Engine::Cluster(_) | Engine::Scheduler(_) => JoinEngine::Cluster,
         }
     }
 

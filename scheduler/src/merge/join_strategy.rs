@@ -95,6 +95,16 @@ pub(super) struct Prefiltered<'a> {
     pub prepare: &'a (dyn Fn(LogicalPlan) -> Result<LogicalPlan> + Send + Sync),
 }
 
+impl Prefiltered<'_> {
+    /// The physical plan of the prefiltered classification, as `state`
+    /// plans it.
+    async fn physical_plan(&self, state: &SessionState) -> Result<Arc<dyn ExecutionPlan>> {
+        let sql = (self.sql)()?;
+        let logical = (self.prepare)(state.create_logical_plan(&sql).await?)?;
+        state.create_physical_plan(&logical).await
+    }
+}
+
 /// The physical plan of `logical`: as the session plans it (a hash join);
 /// on the local engine, when the hash join would build on a source
 /// estimated at more than a sixteenth of `budget`, the `prefiltered` plan
@@ -131,10 +141,7 @@ async fn planned_on_a_cluster(
     let Some(prefiltered) = prefiltered else {
         return Ok(plain);
     };
-    let sql = (prefiltered.sql)()?;
-    let logical = (prefiltered.prepare)(state.create_logical_plan(&sql).await?)?;
-    let Some(plan) = with_source_keys_collected(state.create_physical_plan(&logical).await?)?
-    else {
+    let Some(plan) = with_source_keys_collected(prefiltered.physical_plan(state).await?)? else {
         return Ok(plain);
     };
     // The join builds on the side the plain plan builds on: DataFusion
@@ -157,7 +164,7 @@ async fn planned_on_a_cluster(
 fn with_source_keys_collected(
     plan: Arc<dyn ExecutionPlan>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let mut collected = 0;
+    let mut collected = false;
     let plan = plan
         .transform_down(|node| {
             let Some(join) = node.as_any().downcast_ref::<HashJoinExec>() else {
@@ -183,12 +190,7 @@ fn with_source_keys_collected(
                 .downcast_ref::<HashJoinExec>()
                 .ok_or_else(|| internal("MERGE: the semi join swapped into another operator"))?;
             let source = without_exchange(join.left());
-            let within = match source.partition_statistics(None)?.total_byte_size {
-                Precision::Exact(bytes) | Precision::Inexact(bytes) => {
-                    bytes <= COLLECTED_SOURCE_KEYS
-                }
-                Precision::Absent => false,
-            };
+            let within = estimated_bytes(&source)?.is_some_and(|b| b <= COLLECTED_SOURCE_KEYS);
             let partitioning = node.output_partitioning().clone();
             if !within || !matches!(partitioning, Partitioning::Hash(..)) {
                 return Ok(Transformed::new(node, false, TreeNodeRecursion::Stop));
@@ -202,7 +204,7 @@ fn with_source_keys_collected(
                 ])?
                 .reset_state()
                 .build_exec()?;
-            collected += 1;
+            collected = true;
             Ok(Transformed::new(
                 Arc::new(RepartitionExec::try_new(filtering, partitioning)?)
                     as Arc<dyn ExecutionPlan>,
@@ -211,7 +213,7 @@ fn with_source_keys_collected(
             ))
         })?
         .data;
-    Ok((collected == 1).then_some(plan))
+    Ok(collected.then_some(plan))
 }
 
 /// `plan` without the exchanges (repartitions) on top of it.
@@ -260,9 +262,7 @@ async fn planned_in_budget(
                 "the source the hash join would build on exceeds a sixteenth of the memory budget: \
                  the join builds on the target rows it matches"
             );
-            let sql = (prefiltered.sql)()?;
-            let logical = (prefiltered.prepare)(state.create_logical_plan(&sql).await?)?;
-            return built_on_the_target(state.create_physical_plan(&logical).await?);
+            return built_on_the_target(prefiltered.physical_plan(&state).await?);
         }
     }
     match build_bytes {
@@ -294,7 +294,12 @@ fn build_side_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
     let Some(build) = build_side(plan)? else {
         return Ok(None);
     };
-    Ok(match build.partition_statistics(None)?.total_byte_size {
+    estimated_bytes(&build)
+}
+
+/// The bytes `plan`'s output is estimated at (None: no estimate).
+fn estimated_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
+    Ok(match plan.partition_statistics(None)?.total_byte_size {
         Precision::Exact(bytes) | Precision::Inexact(bytes) => Some(bytes),
         Precision::Absent => None,
     })

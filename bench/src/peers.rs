@@ -151,7 +151,17 @@ fn parse(peer: &str, config: &PeerConfig, done: process::Finished) -> PeerRun {
                 .take(3)
                 .collect::<Vec<_>>()
                 .join(" | ");
-            out.note = Some(format!("failed: {tail}"));
+            out.note = Some(match done.signal {
+                // The harness kills a child only at its timeout, handled
+                // above: a SIGKILL with nothing on stderr is the kernel's.
+                Some(libc::SIGKILL) if tail.is_empty() => format!(
+                    "killed (SIGKILL, not by the harness: the kernel's out-of-memory killer, \
+                     most likely) at {} MiB peak RSS",
+                    done.max_rss >> 20
+                ),
+                Some(signal) => format!("killed by signal {signal}: {tail}"),
+                None => format!("failed: {tail}"),
+            });
         }
     }
     out

@@ -15,6 +15,8 @@ pub struct Finished {
     pub stderr: String,
     pub success: bool,
     pub timed_out: bool,
+    /// The signal that ended the child, if one did.
+    pub signal: Option<i32>,
     /// Peak RSS of the child in bytes.
     pub max_rss: u64,
 }
@@ -66,6 +68,7 @@ pub fn run(mut cmd: Command, timeout: Duration) -> Result<Finished> {
     // Linux reports ru_maxrss in KiB.
     let max_rss = usage.ru_maxrss.max(0) as u64 * 1024;
     let success = !timed_out && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    let signal = libc::WIFSIGNALED(status).then(|| libc::WTERMSIG(status));
     // The std handle must not wait again: the child is already reaped.
     std::mem::forget(child);
     Ok(Finished {
@@ -73,6 +76,7 @@ pub fn run(mut cmd: Command, timeout: Duration) -> Result<Finished> {
         stderr,
         success,
         timed_out,
+        signal,
         max_rss,
     })
 }

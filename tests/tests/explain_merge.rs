@@ -226,27 +226,34 @@ fn all_figures(doc: &ExplainDocument, kind: StageKind) -> Vec<&StageFigures> {
         .collect()
 }
 
+/// A session on `engine` whose table db.t (id BIGINT, v STRING) holds two
+/// data files of 100 rows each (ids 1..=200), the document of EXPLAIN
+/// ANALYZE (FORMAT JSON) of `merge` on it, and that document with the
+/// engine's name, for assertion messages.
+async fn analyzed_on_two_files(
+    dir: &std::path::Path,
+    engine: EngineKind,
+    merge: &str,
+) -> (Session, ExplainDocument, String) {
+    let session = open_session(dir, engine).await;
+    session
+        .execute(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING);
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100);
+             INSERT INTO db.t SELECT value, 'b' FROM generate_series(101, 200)",
+        )
+        .await
+        .unwrap();
+    let json = document(&session, &format!("EXPLAIN ANALYZE (FORMAT JSON) {merge}")).await;
+    let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
+    (session, doc, format!("{engine:?}:\n{json}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn explain_analyze_counts_are_exact_on_both_engines() {
     for engine in ENGINES {
         let dir = tempfile::tempdir().unwrap();
-        let session = open_session(dir.path(), engine).await;
-        // Two data files of 100 rows each.
-        session
-            .execute(
-                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING);
-                 INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100);
-                 INSERT INTO db.t SELECT value, 'b' FROM generate_series(101, 200)",
-            )
-            .await
-            .unwrap();
-        let json = document(
-            &session,
-            &format!("EXPLAIN ANALYZE (FORMAT JSON) {EXACT_MERGE}"),
-        )
-        .await;
-        let doc: ExplainDocument = serde_json::from_str(&json).unwrap();
-        let context = format!("{engine:?}:\n{json}");
+        let (session, doc, context) = analyzed_on_two_files(dir.path(), engine, EXACT_MERGE).await;
         assert!(doc.analyzed, "{context}");
         let merge = doc.merge.as_ref().expect("merge figures");
         let figure = |name: &str| {
@@ -589,4 +596,67 @@ async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
         shuffled > 0 && shuffled < 50_000 * 200 / 4,
         "{shuffled} bytes shuffled for 50000 rows of 200 repeated bytes: {json}"
     );
+}
+
+/// An insert-only merge keeps the source rows no target row matches. On a
+/// cluster the target keys the source matches (2 of the target's 200) are
+/// collected whole into each source task, whose anti join
+/// (`CollectLeft`, `RightAnti`) reads the source where it is: the source's
+/// rows reach the join pipelined, with no exchange, on both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_insert_only_merge_reads_the_source_where_it_is_on_both_engines() {
+    const INSERT_ONLY: &str = "MERGE INTO db.t USING (VALUES (2, 'B'), (150, 'C'), \
+         (300, 'new'), (301, 'new2')) AS s(id, v) ON t.id = s.id \
+         WHEN NOT MATCHED THEN INSERT *";
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let (session, doc, context) = analyzed_on_two_files(dir.path(), engine, INSERT_ONLY).await;
+        let merge = doc.merge.as_ref().expect("merge figures");
+        assert_eq!(
+            (merge.get("count"), merge.get("rows_inserted")),
+            (Some(2), Some(2)),
+            "{context}"
+        );
+        let join = doc
+            .stages
+            .iter()
+            .find(|s| s.stage.kind == StageKind::Join)
+            .unwrap_or_else(|| panic!("no join stage: {context}"));
+        assert_eq!(
+            join.figures.as_ref().expect("the join ran").rows_out,
+            2,
+            "{context}"
+        );
+        let source_inputs: Vec<_> = join
+            .stage
+            .inputs
+            .iter()
+            .map(|&id| &doc.stages[id - 1].stage)
+            .filter(|s| s.kind == StageKind::ScanSource)
+            .collect();
+        assert_eq!(source_inputs.len(), 1, "{context}");
+        assert!(source_inputs[0].pipelined, "{context}");
+        if engine == EngineKind::Cluster {
+            let operators = join.stage.operators.join("\n");
+            assert!(
+                operators.contains("mode=CollectLeft, join_type=RightAnti"),
+                "{context}"
+            );
+            let filter = figures(&doc, StageKind::TargetFilter);
+            assert_eq!(
+                (filter.rows_in, filter.rows_out),
+                (Some(204), 2),
+                "{context}"
+            );
+        }
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), count(*) FILTER (WHERE id >= 300) FROM db.t"
+            )
+            .await,
+            vec![vec!["202", "2"]],
+            "{context}"
+        );
+    }
 }

@@ -276,7 +276,9 @@ async fn join_line(session: &Session, merge: &str) -> String {
 /// builds on the target's row-id scan (its key and row ids); a narrow
 /// source, on the source (the join as written, source first). An
 /// insert-only merge is an anti join that reads the target's key alone,
-/// and builds on the narrower side too.
+/// and builds on the narrower side too; on a cluster it builds on the
+/// target keys the source matches, collected whole into each source task
+/// (`CollectLeft`), so that the source is not shuffled to the join.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
     for engine in ENGINES {
@@ -308,11 +310,18 @@ async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
         let [wide, wide_insert_only] = joins("db.wide", "(s.id, length(s.a || s.f))");
         let [narrow, narrow_insert_only] =
             joins("(SELECT id FROM db.wide WHERE id < 5100)", "(s.id, 0)");
+        let (wide_anti, narrow_anti) = match engine {
+            EngineKind::Local => ("join_type=RightAnti,", "join_type=LeftAnti,"),
+            EngineKind::Cluster => (
+                "mode=CollectLeft, join_type=RightAnti,",
+                "mode=CollectLeft, join_type=RightAnti,",
+            ),
+        };
         for (merge, join) in [
             (wide, "join_type=Right,"),
-            (wide_insert_only, "join_type=RightAnti,"),
+            (wide_insert_only, wide_anti),
             (narrow, "join_type=Left,"),
-            (narrow_insert_only, "join_type=LeftAnti,"),
+            (narrow_insert_only, narrow_anti),
         ] {
             let line = join_line(&session, &merge).await;
             assert!(line.contains(join), "{engine:?}: {merge}: {line}");

@@ -43,6 +43,14 @@
 //! and only the matched rows are shuffled. The semi join outputs the
 //! target's rows alone, each once, so a task holding the whole source
 //! gives the rows the partitioned join gave.
+//!
+//! An insert-only merge's join keeps the source rows no target row
+//! matches, and reads the matched target rows' ON columns alone: when the
+//! target's scan of them is estimated at no more than
+//! `COLLECTED_MATCHED_KEYS` (the matched rows are some of its rows), they
+//! are collected whole into every source task, which drops its matched
+//! rows where it reads them. The source, often millions of wide rows, is
+//! then shuffled once, to the writers, where it was shuffled twice.
 
 use std::sync::Arc;
 
@@ -74,6 +82,11 @@ const PREFILTER_SHARE_OF_BUDGET: usize = 16;
 /// cluster to send them whole to every target scan task (each builds a
 /// hash table of them).
 const COLLECTED_SOURCE_KEYS: usize = 128 << 20;
+
+/// The most bytes the target's scan of an insert-only merge (its ON
+/// columns) may be estimated at for a cluster to send the target rows the
+/// source matches, some of them, whole to every source task.
+const COLLECTED_MATCHED_KEYS: usize = 128 << 20;
 
 /// Where a merge's join runs, which decides how it is planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -144,6 +157,12 @@ async fn planned_on_a_cluster(
     let Some(plan) = with_source_keys_collected(prefiltered.physical_plan(state).await?)? else {
         return Ok(plain);
     };
+    // An insert-only merge keeps the source rows its anti join finds no
+    // target row for: with the matched target keys collected into each
+    // source task, the source is not shuffled at all.
+    if let Some(plan) = with_matched_keys_collected(plan.clone())? {
+        return Ok(plan);
+    }
     // The join builds on the side the plain plan builds on: DataFusion
     // has no byte estimate of a semi join's output, and would compare row
     // counts alone; the matched target rows take no more than the target.
@@ -151,6 +170,85 @@ async fn planned_on_a_cluster(
         Ok(plan)
     } else {
         with_outer_join_swapped(plan)
+    }
+}
+
+/// `plan` (an insert-only merge's classification, its target filtered by
+/// the source's keys) with its anti join building on the matched target
+/// rows (their ON columns) collected whole into each task, and probed by
+/// the source's rows where they are read, with no exchange of them: a
+/// `RightAnti` join outputs the probe rows that no build row matches, so
+/// each task keeps exactly the rows the partitioned join kept. None when
+/// the plan has no such join or the target's scan (an upper bound of the
+/// matched rows: they are some of its rows) is not estimated within
+/// `COLLECTED_MATCHED_KEYS`.
+fn with_matched_keys_collected(
+    plan: Arc<dyn ExecutionPlan>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    with_first_target_join_rewritten(plan, |node, join, (left_target, right_target)| {
+        if left_target == right_target {
+            return Ok(JoinRewrite::Continue);
+        }
+        // The anti join keeping the source side, the target on the build
+        // side.
+        let anti = match join.join_type() {
+            JoinType::RightAnti if left_target => node.clone(),
+            JoinType::LeftAnti if right_target => join.swap_inputs(PartitionMode::CollectLeft)?,
+            _ => return Ok(JoinRewrite::Stop),
+        };
+        let join = anti
+            .as_any()
+            .downcast_ref::<HashJoinExec>()
+            .ok_or_else(|| internal("MERGE: the anti join swapped into another operator"))?;
+        let matched = without_exchange(join.left());
+        if target_scan_bytes(&matched)?.is_none_or(|b| b > COLLECTED_MATCHED_KEYS) {
+            return Ok(JoinRewrite::Stop);
+        }
+        Ok(JoinRewrite::Replace(collected_into_each_task(
+            join, matched,
+        )?))
+    })
+}
+
+/// `join` with its build side `build` (its left input, the exchange
+/// before it removed) collected whole into each task, probed by its right
+/// input where that is read, the exchange before it removed too.
+fn collected_into_each_task(
+    join: &HashJoinExec,
+    build: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    join.builder()
+        .with_partition_mode(PartitionMode::CollectLeft)
+        .with_new_children(vec![
+            Arc::new(CoalescePartitionsExec::new(build)),
+            without_exchange(join.right()),
+        ])?
+        .reset_state()
+        .build_exec()
+}
+
+/// The bytes the merge target's scan in `plan` is estimated at (None: no
+/// scan of the target, or no estimate).
+fn target_scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
+    let mut scan = None;
+    plan.apply(|node| {
+        Ok(
+            match node
+                .as_any()
+                .downcast_ref::<IcebergScanExec>()
+                .filter(|scan| scan.merge_target)
+            {
+                Some(_) => {
+                    scan = Some(node.clone());
+                    TreeNodeRecursion::Stop
+                }
+                None => TreeNodeRecursion::Continue,
+            },
+        )
+    })?;
+    match scan {
+        Some(scan) => estimated_bytes(&scan),
+        None => Ok(None),
     }
 }
 
@@ -164,56 +262,75 @@ async fn planned_on_a_cluster(
 fn with_source_keys_collected(
     plan: Arc<dyn ExecutionPlan>,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
-    let mut collected = false;
+    with_first_target_join_rewritten(plan, |node, join, (left_target, right_target)| {
+        if *join.partition_mode() != PartitionMode::Partitioned {
+            return Ok(JoinRewrite::Continue);
+        }
+        // The semi join with the source's keys on the build side.
+        let semi = match join.join_type() {
+            JoinType::RightSemi if !left_target && right_target => node.clone(),
+            JoinType::LeftSemi if left_target && !right_target => {
+                join.swap_inputs(PartitionMode::Partitioned)?
+            }
+            _ => return Ok(JoinRewrite::Continue),
+        };
+        let join = semi
+            .as_any()
+            .downcast_ref::<HashJoinExec>()
+            .ok_or_else(|| internal("MERGE: the semi join swapped into another operator"))?;
+        let source = without_exchange(join.left());
+        let within = estimated_bytes(&source)?.is_some_and(|b| b <= COLLECTED_SOURCE_KEYS);
+        let partitioning = node.output_partitioning().clone();
+        if !within || !matches!(partitioning, Partitioning::Hash(..)) {
+            return Ok(JoinRewrite::Stop);
+        }
+        let filtering = collected_into_each_task(join, source)?;
+        Ok(JoinRewrite::Replace(Arc::new(RepartitionExec::try_new(
+            filtering,
+            partitioning,
+        )?)))
+    })
+}
+
+/// What `with_first_target_join_rewritten` does at a hash join.
+enum JoinRewrite {
+    /// Leave it; look further down.
+    Continue,
+    /// Leave it and the rest of the plan as they are.
+    Stop,
+    /// Put this plan in its place.
+    Replace(Arc<dyn ExecutionPlan>),
+}
+
+/// `plan` with the first hash join, from the top, that `rewrite` replaces
+/// (given the join's node, the join, and whether its left and its right
+/// input read the merge target) replaced; None when `rewrite` replaces
+/// none.
+fn with_first_target_join_rewritten(
+    plan: Arc<dyn ExecutionPlan>,
+    mut rewrite: impl FnMut(&Arc<dyn ExecutionPlan>, &HashJoinExec, (bool, bool)) -> Result<JoinRewrite>,
+) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut rewritten = false;
     let plan = plan
         .transform_down(|node| {
             let Some(join) = node.as_any().downcast_ref::<HashJoinExec>() else {
                 return Ok(Transformed::no(node));
             };
-            if *join.partition_mode() != PartitionMode::Partitioned {
-                return Ok(Transformed::no(node));
-            }
-            let (left_target, right_target) = (
+            let sides = (
                 reads_the_target(join.left())?,
                 reads_the_target(join.right())?,
             );
-            // The semi join with the source's keys on the build side.
-            let semi = match join.join_type() {
-                JoinType::RightSemi if !left_target && right_target => node.clone(),
-                JoinType::LeftSemi if left_target && !right_target => {
-                    join.swap_inputs(PartitionMode::Partitioned)?
+            Ok(match rewrite(&node, join, sides)? {
+                JoinRewrite::Continue => Transformed::no(node),
+                JoinRewrite::Stop => Transformed::new(node, false, TreeNodeRecursion::Stop),
+                JoinRewrite::Replace(replacement) => {
+                    rewritten = true;
+                    Transformed::new(replacement, true, TreeNodeRecursion::Jump)
                 }
-                _ => return Ok(Transformed::no(node)),
-            };
-            let join = semi
-                .as_any()
-                .downcast_ref::<HashJoinExec>()
-                .ok_or_else(|| internal("MERGE: the semi join swapped into another operator"))?;
-            let source = without_exchange(join.left());
-            let within = estimated_bytes(&source)?.is_some_and(|b| b <= COLLECTED_SOURCE_KEYS);
-            let partitioning = node.output_partitioning().clone();
-            if !within || !matches!(partitioning, Partitioning::Hash(..)) {
-                return Ok(Transformed::new(node, false, TreeNodeRecursion::Stop));
-            }
-            let filtering = join
-                .builder()
-                .with_partition_mode(PartitionMode::CollectLeft)
-                .with_new_children(vec![
-                    Arc::new(CoalescePartitionsExec::new(source)),
-                    without_exchange(join.right()),
-                ])?
-                .reset_state()
-                .build_exec()?;
-            collected = true;
-            Ok(Transformed::new(
-                Arc::new(RepartitionExec::try_new(filtering, partitioning)?)
-                    as Arc<dyn ExecutionPlan>,
-                true,
-                TreeNodeRecursion::Jump,
-            ))
+            })
         })?
         .data;
-    Ok(collected.then_some(plan))
+    Ok(rewritten.then_some(plan))
 }
 
 /// `plan` without the exchanges (repartitions) on top of it.

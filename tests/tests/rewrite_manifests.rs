@@ -420,3 +420,121 @@ async fn spark_reads_the_rewritten_manifests() {
     assert_eq!(out[1], vec![vec!["2"]], "one data and one delete manifest");
     assert_eq!(out[2], delete_files, "the position delete files");
 }
+
+/// Appends merge small data manifests as Iceberg's merge append does: at
+/// `commit.manifest.min-count-to-merge` manifests the append writes one,
+/// its files `Added` and the carried files `Existing` with their snapshot
+/// ids and sequence numbers (PyIceberg reads them), rows unchanged; a
+/// MERGE then rewrites the merged manifest; with
+/// `commit.manifest-merge.enabled` false every append keeps its own; a
+/// value that is not a boolean fails the INSERT by the property's name,
+/// nothing committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn appends_merge_small_manifests_at_the_minimum_count() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = dir.path().to_str().unwrap().to_string();
+        let session = open_session(dir.path(), engine).await;
+        let insert = |i: i64| format!("INSERT INTO db.t VALUES ({i}, 'v{i}')");
+        session
+            .execute(&format!(
+                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING)
+                 TBLPROPERTIES ('format-version' = '2', 'commit.manifest.min-count-to-merge' = '3');
+                 {}; {}",
+                insert(1),
+                insert(2)
+            ))
+            .await
+            .unwrap();
+        let before = manifests(&wh);
+        assert_eq!(manifest_counts(&before), (2, 0), "{engine:?}");
+        session.execute(&insert(3)).await.unwrap();
+        let after = manifests(&wh);
+        assert_eq!(manifest_counts(&after), (1, 0), "{engine:?}: {after}");
+        let (merged, carried) = (live_entries(&after), live_entries(&before));
+        assert_eq!(merged.len(), 3, "{engine:?}: {after}");
+        for (path, entry) in &carried {
+            assert_eq!(
+                merged.get(path),
+                Some(entry),
+                "{engine:?}: {path} kept as it was"
+            );
+        }
+        let statuses: Vec<&str> = after["manifests"][0]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["status"].as_str().unwrap())
+            .collect();
+        assert_eq!(statuses, ["ADDED", "EXISTING", "EXISTING"], "{engine:?}");
+        let py = run_python(
+            "pyiceberg_interop.py",
+            &["read", "--warehouse", &wh, "--table", "db.t"],
+        );
+        let mut py_ids: Vec<i64> = py["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_i64().unwrap())
+            .collect();
+        py_ids.sort();
+        assert_eq!(
+            py_ids,
+            [1, 2, 3],
+            "{engine:?}: PyIceberg reads the merged manifest"
+        );
+
+        session
+            .execute(
+                "MERGE INTO db.t USING (VALUES (2, 'u')) AS s(id, v) ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET v = s.v",
+            )
+            .await
+            .unwrap();
+        let rows = query(&session, "SELECT id, v FROM db.t ORDER BY id").await;
+        assert_eq!(
+            rows,
+            vec![vec!["1", "v1"], vec!["2", "u"], vec!["3", "v3"]],
+            "{engine:?}"
+        );
+
+        session
+            .execute(
+                "ALTER TABLE db.t SET TBLPROPERTIES ('commit.manifest-merge.enabled' = 'false')",
+            )
+            .await
+            .unwrap();
+        let (data, _) = manifest_counts(&manifests(&wh));
+        for i in 4..7 {
+            session.execute(&insert(i)).await.unwrap();
+        }
+        assert_eq!(
+            manifest_counts(&manifests(&wh)),
+            (data + 3, 0),
+            "{engine:?}"
+        );
+
+        session
+            .execute(
+                "ALTER TABLE db.t SET TBLPROPERTIES ('commit.manifest-merge.enabled' = 'maybe')",
+            )
+            .await
+            .unwrap();
+        let snapshots = query(&session, "SELECT count(*) FROM db.\"t$snapshots\"").await;
+        let e = session.execute(&insert(7)).await.unwrap_err().to_string();
+        assert!(
+            e.contains("commit.manifest-merge.enabled") && e.contains("maybe"),
+            "{engine:?}: {e}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.\"t$snapshots\"").await,
+            snapshots,
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.t").await,
+            vec![vec!["6"]],
+            "{engine:?}"
+        );
+    }
+}

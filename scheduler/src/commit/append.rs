@@ -95,7 +95,7 @@ fn append(files: Vec<DataFile>) -> SnapshotChanges {
         added_deletes: vec![],
         removed: Default::default(),
         properties: Default::default(),
-        policy: ManifestPolicy::FastAppend,
+        policy: ManifestPolicy::Append,
     }
 }
 

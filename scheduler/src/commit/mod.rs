@@ -52,6 +52,7 @@ mod insert_overwrite;
 mod isolation;
 mod manifest_clusters;
 mod manifest_list;
+mod manifest_merge;
 mod manifest_rewrite;
 mod manifests;
 mod metadata;

@@ -17,7 +17,7 @@
 //! - a data manifest with some removed files is rewritten: survivors
 //!   `Existing`, removed ones `Deleted`; entries already dead are left out.
 //!
-//! Under [`ManifestPolicy::FastAppend`] (INSERT's, which removes nothing) a
+//! Under [`ManifestPolicy::Append`] (INSERT's, which removes nothing) a
 //! manifest is carried while the manifest list's counts record any file in
 //! it, live or deleted. Under either policy, an added path that is live in
 //! a loaded manifest, or a removed path that is live in none, is refused.
@@ -41,7 +41,7 @@ pub(crate) enum ManifestPolicy {
     /// refuse an added path already in the table; a manifest is carried
     /// while it records any file (live or deleted); the new manifest comes
     /// after the carried ones.
-    FastAppend,
+    Append,
     /// Remove and add: data manifests are read only when files are removed;
     /// manifests without live files are dropped; new manifests come first.
     Merging,
@@ -302,7 +302,7 @@ fn decide_deletes<'a>(
 /// A manifest whose counts allow no live file.
 fn unlive(view: &ManifestView, policy: ManifestPolicy) -> Decision {
     match policy {
-        ManifestPolicy::FastAppend if view.has_deleted => Decision::Carry,
+        ManifestPolicy::Append if view.has_deleted => Decision::Carry,
         _ => Decision::Drop,
     }
 }
@@ -334,7 +334,7 @@ fn decide_loaded<'a>(
     if fates.is_empty() {
         // Counted as live, but holds none.
         return Ok(match input.policy {
-            ManifestPolicy::FastAppend => Decision::Carry,
+            ManifestPolicy::Append => Decision::Carry,
             ManifestPolicy::Merging => Decision::Drop,
         });
     }
@@ -697,7 +697,7 @@ mod tests {
         );
         // An append reads the live data manifests to refuse duplicates.
         assert_eq!(
-            manifests_to_load(&manifests, ManifestPolicy::FastAppend, false),
+            manifests_to_load(&manifests, ManifestPolicy::Append, false),
             vec![0, 3]
         );
     }
@@ -724,7 +724,7 @@ mod tests {
             vec![(0, vec![live("a")]), (5, vec![dead("x")])],
         )
         .adding(&["new"])
-        .policy(ManifestPolicy::FastAppend);
+        .policy(ManifestPolicy::Append);
         let plan = case.plan().unwrap();
         use Decision::*;
         assert_eq!(plan.decisions, vec![Carry, Carry, Drop, Carry, Drop, Carry]);

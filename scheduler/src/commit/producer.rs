@@ -37,6 +37,7 @@ use iceberg::TableIdent;
 use super::catalog_swap::{current_metadata_location, swap_metadata_location};
 use super::delete_files::place_delete_files;
 use super::manifest_list::write_manifest_list;
+use super::manifest_merge::{merge_append, MergeSettings, Mergeable};
 use super::manifests::{read_manifest_list, write_manifest, write_manifest_of, NewEntry};
 use super::metadata::write_metadata;
 use super::plan::{
@@ -426,6 +427,9 @@ async fn write_new_manifests(
         let entries = added.iter().map(NewEntry::Added);
         new.push(write_manifest(staging, schema, spec, entries).await?);
     }
+    if policy == ManifestPolicy::Append {
+        return appended_manifests(staging, metadata, added, base_list, loaded, plan, new).await;
+    }
     for group in plan.deleted_only.values() {
         let first = &loaded[&group[0].0];
         let schema = first.metadata().schema().clone();
@@ -446,10 +450,56 @@ async fn write_new_manifests(
             }
         }
     }
-    Ok(match policy {
-        ManifestPolicy::Merging => new.into_iter().chain(carried).collect(),
-        ManifestPolicy::FastAppend => carried.into_iter().chain(new).collect(),
-    })
+    Ok(new.into_iter().chain(carried).collect())
+}
+
+/// An append's manifest list: the carried manifests, then the new one,
+/// the small data manifests of the default spec merged when the table's
+/// settings say so (`manifest_merge.rs`).
+async fn appended_manifests(
+    staging: &mut Staging,
+    metadata: &TableMetadata,
+    added: &[DataFile],
+    base_list: Vec<ManifestFile>,
+    loaded: &HashMap<usize, Manifest>,
+    plan: &ManifestPlan,
+    new: Vec<ManifestFile>,
+) -> Result<Vec<ManifestFile>> {
+    let mut kept = vec![];
+    let mut mergeable = vec![];
+    let default_spec = metadata.default_partition_spec_id();
+    for (i, (manifest_file, decision)) in base_list.into_iter().zip(&plan.decisions).enumerate() {
+        match decision {
+            Decision::Carry => {}
+            Decision::Drop => continue,
+            Decision::Rewrite(_) => {
+                return Err(internal(format!(
+                    "commit to {}: an append rewrote a manifest",
+                    staging.ident
+                )))
+            }
+        }
+        match loaded.get(&i) {
+            Some(manifest)
+                if manifest_file.content == ManifestContentType::Data
+                    && manifest_file.partition_spec_id == default_spec =>
+            {
+                mergeable.push(Mergeable {
+                    file: manifest_file,
+                    manifest,
+                })
+            }
+            _ => kept.push(manifest_file),
+        }
+    }
+    let (Some(settings), [new]) = (MergeSettings::of(metadata)?, new.as_slice()) else {
+        kept.extend(mergeable.into_iter().map(|m| m.file));
+        kept.extend(new);
+        return Ok(kept);
+    };
+    let merged = merge_append(staging, metadata, settings, mergeable, new.clone(), added).await?;
+    kept.extend(merged);
+    Ok(kept)
 }
 
 /// A base manifest (of data or delete files) rewritten with survivors

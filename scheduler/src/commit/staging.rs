@@ -68,6 +68,14 @@ impl Staging {
         commit_err(&self.ident, what)
     }
 
+    /// Deletes `path`, written by this commit and no longer part of it,
+    /// and forgets it (best effort: a file left behind is an orphan, not
+    /// part of the table).
+    pub(crate) async fn discard(&mut self, path: &str) {
+        self.written.retain(|p| p != path);
+        delete_files(&self.file_io, &[path.to_string()]).await;
+    }
+
     /// The files written so far, now the caller's to keep or delete.
     pub(crate) fn into_written(self) -> Vec<String> {
         self.written

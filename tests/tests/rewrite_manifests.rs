@@ -538,3 +538,105 @@ async fn appends_merge_small_manifests_at_the_minimum_count() {
         );
     }
 }
+
+/// A MERGE that adds files merges the small data manifests it carries with
+/// its own, as Iceberg's merging snapshot producer does: the carried
+/// entries stay as they were (`EXISTING`, same snapshot ids and sequence
+/// numbers), the manifest of its removed file is kept apart, and icemerge
+/// and PyIceberg read the merged rows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_merge_merges_the_small_manifests_it_carries() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let wh = dir.path().to_str().unwrap().to_string();
+        let session = open_session(dir.path(), engine).await;
+        let mut script = String::from(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING)
+             TBLPROPERTIES ('format-version' = '2', 'commit.manifest-merge.enabled' = 'false');",
+        );
+        for i in 1..=4 {
+            script.push_str(&format!("INSERT INTO db.t VALUES ({i}, 'v{i}');"));
+        }
+        session.execute(&script).await.unwrap();
+        let before = manifests(&wh);
+        assert_eq!(manifest_counts(&before), (4, 0), "{engine:?}");
+        session
+            .execute(
+                "ALTER TABLE db.t SET TBLPROPERTIES ('commit.manifest-merge.enabled' = 'true',
+                   'commit.manifest.min-count-to-merge' = '3');
+                 MERGE INTO db.t USING (VALUES (1, 'u'), (9, 'n')) AS s(id, v) ON t.id = s.id
+                 WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *",
+            )
+            .await
+            .unwrap();
+        let after = manifests(&wh);
+        // The removed file's deleted-only manifest, and one of the three
+        // carried manifests and the MERGE's own.
+        assert_eq!(manifest_counts(&after), (2, 0), "{engine:?}: {after}");
+        let merged = after["manifests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["entries"].as_array().unwrap().len() > 1)
+            .unwrap_or_else(|| panic!("{engine:?}: no merged manifest in {after}"));
+        let mut statuses: Vec<&str> = merged["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["status"].as_str().unwrap())
+            .collect();
+        statuses.sort();
+        assert_eq!(
+            statuses.iter().filter(|s| **s == "EXISTING").count(),
+            3,
+            "{engine:?}: {merged}"
+        );
+        assert!(
+            statuses.iter().all(|s| *s == "EXISTING" || *s == "ADDED"),
+            "{engine:?}: {merged}"
+        );
+        let (entries_before, entries_after) = (live_entries(&before), live_entries(&after));
+        let carried: Vec<_> = entries_before
+            .iter()
+            .filter(|(path, _)| entries_after.contains_key(*path))
+            .collect();
+        assert_eq!(carried.len(), 3, "{engine:?}: three files untouched");
+        for (path, entry) in carried {
+            assert_eq!(entries_after.get(path), Some(entry), "{engine:?}: {path}");
+        }
+        let rows = query(&session, "SELECT id, v FROM db.t ORDER BY id").await;
+        let expected = [(1, "u"), (2, "v2"), (3, "v3"), (4, "v4"), (9, "n")];
+        assert_eq!(
+            rows,
+            expected
+                .iter()
+                .map(|(id, v)| vec![id.to_string(), v.to_string()])
+                .collect::<Vec<_>>(),
+            "{engine:?}"
+        );
+        let py = run_python(
+            "pyiceberg_interop.py",
+            &["read", "--warehouse", &wh, "--table", "db.t"],
+        );
+        let mut py_rows: Vec<(i64, String)> = py["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_i64().unwrap(),
+                    r["v"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        py_rows.sort();
+        assert_eq!(
+            py_rows,
+            expected
+                .iter()
+                .map(|(id, v)| (*id, v.to_string()))
+                .collect::<Vec<_>>(),
+            "{engine:?}: PyIceberg"
+        );
+    }
+}

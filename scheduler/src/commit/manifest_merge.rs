@@ -1,23 +1,27 @@
-//! An append's merge of small data manifests, as Iceberg's merge append
-//! (the one Spark's INSERT commits through) does. Each append writes one
-//! manifest of its files; without merging, a table loaded by N appends
-//! carries N manifests, and every scan's planning and every commit reads
-//! them all.
+//! A commit's merge of small data manifests, as Iceberg's merge append
+//! (the one Spark's INSERT commits through) and merging snapshot producer
+//! (its overwrites and row deltas) do. Each write adds one manifest of its
+//! files; without merging, a table written N times carries N manifests,
+//! and every scan's planning and every commit reads them all.
 //!
 //! When the table's `commit.manifest-merge.enabled` is true (the
-//! default), an append packs the carried data manifests of its partition
-//! spec that hold live files, in manifest list order (oldest first), and
-//! its own manifest last, into bins of at most
-//! `commit.manifest.target-size-bytes` (default 8 MiB) of manifest files,
-//! from the oldest: every bin but the last is full. A bin of one manifest
-//! is kept as it is; the last bin, the one holding the new manifest, is
-//! kept as it is until it counts `commit.manifest.min-count-to-merge`
-//! (default 100) manifests; every other bin becomes one manifest: the
-//! append's files `Added`, the carried live entries `Existing` with their
-//! snapshot ids and sequence numbers, deleted entries dropped. The carried
-//! manifests are already in memory (an append reads them to refuse a path
-//! already in the table): merging reads nothing more. Format-version 3
-//! tables keep every manifest (their manifests assign row ids).
+//! default), a commit that adds data files packs the carried data
+//! manifests of its partition spec that it loaded (an append loads every
+//! one holding live files, to refuse a path already in the table; an
+//! overwrite or row delta every one when it removes files), in manifest
+//! list order (oldest first), and its own manifest last, into bins of at
+//! most `commit.manifest.target-size-bytes` (default 8 MiB) of manifest
+//! files, from the oldest: every bin but the last is full. A bin of one
+//! manifest is kept as it is; the last bin, the one holding the new
+//! manifest, is kept as it is until it counts
+//! `commit.manifest.min-count-to-merge` (default 100) manifests; every
+//! other bin becomes one manifest: the commit's files `Added`, the carried
+//! live entries `Existing` with their snapshot ids and sequence numbers,
+//! deleted entries dropped. Merging reads nothing more. Manifests the
+//! commit rewrites (its removed files `Deleted`) and delete manifests are
+//! kept apart; a commit that adds no data file merges nothing.
+//! Format-version 3 tables keep every manifest (their manifests assign
+//! row ids).
 
 use iceberg::spec::{DataFile, FormatVersion, Manifest, ManifestFile, TableMetadata};
 
@@ -122,8 +126,8 @@ pub(crate) struct Mergeable<'a> {
     pub manifest: &'a Manifest,
 }
 
-/// The manifests of an append: `mergeable` (carried, loaded, of the
-/// default spec, in manifest list order) and `new` (the append's manifest
+/// A commit's data manifests: `mergeable` (carried, loaded, of the
+/// default spec, in manifest list order) and `new` (the commit's manifest
 /// of `added`, already written) packed and merged as the module doc says.
 /// Returns the manifests the list holds in their place; a merged new
 /// manifest's file is deleted.

@@ -410,7 +410,11 @@ fn removed_files<'a>(
 }
 
 /// Writes the added, deleted-only and rewritten manifests; returns the new
-/// manifest list's entries in the policy's order.
+/// manifest list's entries: in the policy's order, or, when the table's
+/// settings merge manifests and the commit adds files, the manifests
+/// neither merged nor carried, then the merged ones (`manifest_merge.rs`).
+/// A carried data manifest of the default spec the commit loaded may be
+/// merged with the new one; a rewritten or deleted-only manifest is kept.
 async fn write_new_manifests(
     staging: &mut Staging,
     metadata: &TableMetadata,
@@ -420,16 +424,15 @@ async fn write_new_manifests(
     plan: &ManifestPlan,
     policy: ManifestPolicy,
 ) -> Result<Vec<ManifestFile>> {
-    let mut new = vec![];
-    if !added.is_empty() {
+    let new = if added.is_empty() {
+        None
+    } else {
         let schema = metadata.current_schema().clone();
         let spec = metadata.default_partition_spec().as_ref().clone();
         let entries = added.iter().map(NewEntry::Added);
-        new.push(write_manifest(staging, schema, spec, entries).await?);
-    }
-    if policy == ManifestPolicy::Append {
-        return appended_manifests(staging, metadata, added, base_list, loaded, plan, new).await;
-    }
+        Some(write_manifest(staging, schema, spec, entries).await?)
+    };
+    let mut deleted_only = vec![];
     for group in plan.deleted_only.values() {
         let first = &loaded[&group[0].0];
         let schema = first.metadata().schema().clone();
@@ -437,69 +440,46 @@ async fn write_new_manifests(
         let entries = group
             .iter()
             .map(|&(m, e)| NewEntry::Deleted(loaded[&m].entries()[e].as_ref()));
-        new.push(write_manifest(staging, schema, spec, entries).await?);
+        deleted_only.push(write_manifest(staging, schema, spec, entries).await?);
     }
-    let mut carried = vec![];
+    let default_spec = metadata.default_partition_spec_id();
+    // The base manifests in list order, each carried as it is or a
+    // candidate for merging.
+    let mut carried: Vec<std::result::Result<ManifestFile, Mergeable>> = vec![];
     for (i, (manifest_file, decision)) in base_list.into_iter().zip(&plan.decisions).enumerate() {
         match decision {
-            Decision::Carry => carried.push(manifest_file),
             Decision::Drop => {}
             Decision::Rewrite(fates) => {
                 let rewritten = rewrite(staging, &manifest_file, &loaded[&i], fates).await?;
-                carried.push(rewritten);
+                carried.push(Ok(rewritten));
             }
+            Decision::Carry => carried.push(match loaded.get(&i) {
+                Some(manifest)
+                    if manifest_file.content == ManifestContentType::Data
+                        && manifest_file.partition_spec_id == default_spec =>
+                {
+                    Err(Mergeable {
+                        file: manifest_file,
+                        manifest,
+                    })
+                }
+                _ => Ok(manifest_file),
+            }),
         }
     }
-    Ok(new.into_iter().chain(carried).collect())
-}
-
-/// An append's manifest list: the carried manifests, then the new one,
-/// the small data manifests of the default spec merged when the table's
-/// settings say so (`manifest_merge.rs`).
-async fn appended_manifests(
-    staging: &mut Staging,
-    metadata: &TableMetadata,
-    added: &[DataFile],
-    base_list: Vec<ManifestFile>,
-    loaded: &HashMap<usize, Manifest>,
-    plan: &ManifestPlan,
-    new: Vec<ManifestFile>,
-) -> Result<Vec<ManifestFile>> {
-    let mut kept = vec![];
-    let mut mergeable = vec![];
-    let default_spec = metadata.default_partition_spec_id();
-    for (i, (manifest_file, decision)) in base_list.into_iter().zip(&plan.decisions).enumerate() {
-        match decision {
-            Decision::Carry => {}
-            Decision::Drop => continue,
-            Decision::Rewrite(_) => {
-                return Err(internal(format!(
-                    "commit to {}: an append rewrote a manifest",
-                    staging.ident
-                )))
-            }
-        }
-        match loaded.get(&i) {
-            Some(manifest)
-                if manifest_file.content == ManifestContentType::Data
-                    && manifest_file.partition_spec_id == default_spec =>
-            {
-                mergeable.push(Mergeable {
-                    file: manifest_file,
-                    manifest,
-                })
-            }
-            _ => kept.push(manifest_file),
-        }
+    if let (Some(settings), Some(new)) = (MergeSettings::of(metadata)?, &new) {
+        let (kept, mergeable): (Vec<_>, Vec<_>) = carried.into_iter().partition(|m| m.is_ok());
+        let mut out: Vec<ManifestFile> = deleted_only;
+        out.extend(kept.into_iter().filter_map(|m| m.ok()));
+        let mergeable = mergeable.into_iter().filter_map(|m| m.err()).collect();
+        out.extend(merge_append(staging, metadata, settings, mergeable, new.clone(), added).await?);
+        return Ok(out);
     }
-    let (Some(settings), [new]) = (MergeSettings::of(metadata)?, new.as_slice()) else {
-        kept.extend(mergeable.into_iter().map(|m| m.file));
-        kept.extend(new);
-        return Ok(kept);
-    };
-    let merged = merge_append(staging, metadata, settings, mergeable, new.clone(), added).await?;
-    kept.extend(merged);
-    Ok(kept)
+    let carried = carried.into_iter().map(|m| m.unwrap_or_else(|m| m.file));
+    Ok(match policy {
+        ManifestPolicy::Merging => new.into_iter().chain(deleted_only).chain(carried).collect(),
+        ManifestPolicy::Append => carried.chain(deleted_only).chain(new).collect(),
+    })
 }
 
 /// A base manifest (of data or delete files) rewritten with survivors

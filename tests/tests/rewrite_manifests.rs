@@ -421,6 +421,27 @@ async fn spark_reads_the_rewritten_manifests() {
     assert_eq!(out[2], delete_files, "the position delete files");
 }
 
+/// The rows of db.t (id BIGINT, v STRING) as PyIceberg reads them, by id.
+fn id_and_v_by_pyiceberg(warehouse: &str) -> Vec<(i64, String)> {
+    let py = run_python(
+        "pyiceberg_interop.py",
+        &["read", "--warehouse", warehouse, "--table", "db.t"],
+    );
+    let mut rows: Vec<(i64, String)> = py["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["id"].as_i64().unwrap(),
+                r["v"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
 /// Appends merge small data manifests as Iceberg's merge append does: at
 /// `commit.manifest.min-count-to-merge` manifests the append writes one,
 /// its files `Added` and the carried files `Existing` with their snapshot
@@ -467,17 +488,7 @@ async fn appends_merge_small_manifests_at_the_minimum_count() {
             .map(|e| e["status"].as_str().unwrap())
             .collect();
         assert_eq!(statuses, ["ADDED", "EXISTING", "EXISTING"], "{engine:?}");
-        let py = run_python(
-            "pyiceberg_interop.py",
-            &["read", "--warehouse", &wh, "--table", "db.t"],
-        );
-        let mut py_ids: Vec<i64> = py["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["id"].as_i64().unwrap())
-            .collect();
-        py_ids.sort();
+        let py_ids: Vec<i64> = id_and_v_by_pyiceberg(&wh).iter().map(|r| r.0).collect();
         assert_eq!(
             py_ids,
             [1, 2, 3],
@@ -614,24 +625,8 @@ async fn a_merge_merges_the_small_manifests_it_carries() {
                 .collect::<Vec<_>>(),
             "{engine:?}"
         );
-        let py = run_python(
-            "pyiceberg_interop.py",
-            &["read", "--warehouse", &wh, "--table", "db.t"],
-        );
-        let mut py_rows: Vec<(i64, String)> = py["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                (
-                    r["id"].as_i64().unwrap(),
-                    r["v"].as_str().unwrap().to_string(),
-                )
-            })
-            .collect();
-        py_rows.sort();
         assert_eq!(
-            py_rows,
+            id_and_v_by_pyiceberg(&wh),
             expected
                 .iter()
                 .map(|(id, v)| (*id, v.to_string()))

@@ -64,17 +64,24 @@ impl MergeSettings {
             return Ok(None);
         }
         Ok(Some(MergeSettings {
-            target_size_bytes: positive(
-                properties.get(TARGET_SIZE_PROPERTY),
-                TARGET_SIZE_PROPERTY,
-            )?
-            .unwrap_or(DEFAULT_TARGET_SIZE_BYTES),
+            target_size_bytes: target_size_bytes(metadata)?,
             min_count: positive(properties.get(MIN_COUNT_PROPERTY), MIN_COUNT_PROPERTY)?
                 .map_or(DEFAULT_MIN_COUNT, |n| n as usize),
         }))
     }
 }
 
+/// The table's `commit.manifest.target-size-bytes` (the size merged and
+/// rewritten manifests are cut at).
+pub(crate) fn target_size_bytes(metadata: &TableMetadata) -> Result<u64> {
+    Ok(positive(
+        metadata.properties().get(TARGET_SIZE_PROPERTY),
+        TARGET_SIZE_PROPERTY,
+    )?
+    .unwrap_or(DEFAULT_TARGET_SIZE_BYTES))
+}
+
+/// A property's value, which must be a positive integer (None: unset).
 fn positive(value: Option<&String>, property: &str) -> Result<Option<u64>> {
     value
         .map(|v| {

@@ -26,17 +26,15 @@ use std::collections::{BTreeMap, HashMap};
 
 use datafusion::error::Result;
 use iceberg::spec::{
-    FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile, Operation, TableMetadata,
+    FormatVersion, ManifestContentType, ManifestEntryRef, ManifestFile, Operation,
 };
 use iceberg::table::Table;
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 
-use super::manifest_clusters::{
-    compare_partitions, manifest_sizes, runs, GroupSize, DEFAULT_TARGET_SIZE_BYTES,
-    TARGET_SIZE_PROPERTY,
-};
+use super::manifest_clusters::{compare_partitions, manifest_sizes, runs, GroupSize};
 use super::manifest_list::write_manifest_list;
+use super::manifest_merge::target_size_bytes;
 use super::manifests::{read_manifest_list, write_manifest_of, NewEntry};
 use super::metadata::write_metadata;
 use super::producer::{base_metadata_location, publish, stage_with, CatalogRow, Outcome};
@@ -182,24 +180,6 @@ pub(super) async fn plan_rewrite(table: &Table, spec_id: Option<i32>) -> Result<
         rewrite.groups.push(group);
     }
     Ok((!rewrite.groups.is_empty()).then_some(rewrite))
-}
-
-/// The table's `commit.manifest.target-size-bytes`.
-fn target_size_bytes(metadata: &TableMetadata) -> Result<u64> {
-    match metadata.properties().get(TARGET_SIZE_PROPERTY) {
-        None => Ok(DEFAULT_TARGET_SIZE_BYTES),
-        Some(value) => value
-            .trim()
-            .parse::<u64>()
-            .ok()
-            .filter(|n| *n > 0)
-            .ok_or_else(|| {
-                invalid_input(format!(
-                    "table property {TARGET_SIZE_PROPERTY} = '{value}': expected a positive \
-                     number of bytes"
-                ))
-            }),
-    }
 }
 
 /// Reads `manifests` (one content and spec) a few at a time, keeps their

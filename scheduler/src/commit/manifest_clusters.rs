@@ -2,16 +2,47 @@
 //! together (same content, data or deletes, and same partition spec), how
 //! many entries fit in a manifest of the target size, whether a group is
 //! worth rewriting, the partition order of its entries and where new
-//! manifests are cut. Pure functions, tested without I/O.
+//! manifests are cut; and the table's target manifest size, which the
+//! rewrite and a commit's manifest merge (`manifest_merge.rs`) both cut
+//! at. Pure functions, tested without I/O.
 
 use std::cmp::Ordering;
 
-use iceberg::spec::{ManifestFile, Struct};
+use datafusion::error::Result;
+use iceberg::spec::{ManifestFile, Struct, TableMetadata};
+use icemerge_proto::error::invalid_input;
 
 /// Iceberg's `commit.manifest.target-size-bytes` table property and its
 /// default (8 MiB).
 pub(crate) const TARGET_SIZE_PROPERTY: &str = "commit.manifest.target-size-bytes";
 pub(crate) const DEFAULT_TARGET_SIZE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// The table's `commit.manifest.target-size-bytes` (the size merged and
+/// rewritten manifests are cut at).
+pub(crate) fn target_size_bytes(metadata: &TableMetadata) -> Result<u64> {
+    Ok(positive_property(
+        metadata.properties().get(TARGET_SIZE_PROPERTY),
+        TARGET_SIZE_PROPERTY,
+    )?
+    .unwrap_or(DEFAULT_TARGET_SIZE_BYTES))
+}
+
+/// A property's value, which must be a positive integer (None: unset).
+pub(crate) fn positive_property(value: Option<&String>, property: &str) -> Result<Option<u64>> {
+    value
+        .map(|v| {
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| {
+                    invalid_input(format!(
+                        "table property {property} = '{v}': expected a positive integer"
+                    ))
+                })
+        })
+        .transpose()
+}
 
 /// What the manifest list tells about a group of manifests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -27,16 +27,16 @@ use iceberg::spec::{DataFile, FormatVersion, Manifest, ManifestFile, TableMetada
 
 use datafusion::error::Result;
 
-use super::manifest_clusters::{DEFAULT_TARGET_SIZE_BYTES, TARGET_SIZE_PROPERTY};
+use super::manifest_clusters::{positive_property, target_size_bytes};
 use super::manifests::{write_manifest, NewEntry};
 use super::staging::Staging;
 use icemerge_proto::error::invalid_input;
 
 /// Iceberg's `commit.manifest-merge.enabled` table property.
-pub(crate) const MERGE_ENABLED_PROPERTY: &str = "commit.manifest-merge.enabled";
+const MERGE_ENABLED_PROPERTY: &str = "commit.manifest-merge.enabled";
 /// Iceberg's `commit.manifest.min-count-to-merge` table property and its
 /// default.
-pub(crate) const MIN_COUNT_PROPERTY: &str = "commit.manifest.min-count-to-merge";
+const MIN_COUNT_PROPERTY: &str = "commit.manifest.min-count-to-merge";
 const DEFAULT_MIN_COUNT: usize = 100;
 
 /// The table's manifest merge settings.
@@ -65,37 +65,10 @@ impl MergeSettings {
         }
         Ok(Some(MergeSettings {
             target_size_bytes: target_size_bytes(metadata)?,
-            min_count: positive(properties.get(MIN_COUNT_PROPERTY), MIN_COUNT_PROPERTY)?
+            min_count: positive_property(properties.get(MIN_COUNT_PROPERTY), MIN_COUNT_PROPERTY)?
                 .map_or(DEFAULT_MIN_COUNT, |n| n as usize),
         }))
     }
-}
-
-/// The table's `commit.manifest.target-size-bytes` (the size merged and
-/// rewritten manifests are cut at).
-pub(crate) fn target_size_bytes(metadata: &TableMetadata) -> Result<u64> {
-    Ok(positive(
-        metadata.properties().get(TARGET_SIZE_PROPERTY),
-        TARGET_SIZE_PROPERTY,
-    )?
-    .unwrap_or(DEFAULT_TARGET_SIZE_BYTES))
-}
-
-/// A property's value, which must be a positive integer (None: unset).
-fn positive(value: Option<&String>, property: &str) -> Result<Option<u64>> {
-    value
-        .map(|v| {
-            v.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n > 0)
-                .ok_or_else(|| {
-                    invalid_input(format!(
-                        "table property {property} = '{v}': expected a positive integer"
-                    ))
-                })
-        })
-        .transpose()
 }
 
 /// The bins of manifests of `lengths` (in order, the new manifest last),
@@ -138,7 +111,7 @@ pub(crate) struct Mergeable<'a> {
 /// of `added`, already written) packed and merged as the module doc says.
 /// Returns the manifests the list holds in their place; a merged new
 /// manifest's file is deleted.
-pub(crate) async fn merge_append(
+pub(crate) async fn merged_manifests(
     staging: &mut Staging,
     metadata: &TableMetadata,
     settings: MergeSettings,

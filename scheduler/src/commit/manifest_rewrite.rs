@@ -32,9 +32,10 @@ use iceberg::table::Table;
 use iceberg::TableIdent;
 use icemerge_executor::iceberg_err;
 
-use super::manifest_clusters::{compare_partitions, manifest_sizes, runs, GroupSize};
+use super::manifest_clusters::{
+    compare_partitions, manifest_sizes, runs, target_size_bytes, GroupSize,
+};
 use super::manifest_list::write_manifest_list;
-use super::manifest_merge::target_size_bytes;
 use super::manifests::{read_manifest_list, write_manifest_of, NewEntry};
 use super::metadata::write_metadata;
 use super::producer::{base_metadata_location, publish, stage_with, CatalogRow, Outcome};

@@ -37,7 +37,7 @@ use iceberg::TableIdent;
 use super::catalog_swap::{current_metadata_location, swap_metadata_location};
 use super::delete_files::place_delete_files;
 use super::manifest_list::write_manifest_list;
-use super::manifest_merge::{merge_append, MergeSettings, Mergeable};
+use super::manifest_merge::{merged_manifests, MergeSettings, Mergeable};
 use super::manifests::{read_manifest_list, write_manifest, write_manifest_of, NewEntry};
 use super::metadata::write_metadata;
 use super::plan::{
@@ -468,11 +468,17 @@ async fn write_new_manifests(
         }
     }
     if let (Some(settings), Some(new)) = (MergeSettings::of(metadata)?, &new) {
-        let (kept, mergeable): (Vec<_>, Vec<_>) = carried.into_iter().partition(|m| m.is_ok());
-        let mut out: Vec<ManifestFile> = deleted_only;
-        out.extend(kept.into_iter().filter_map(|m| m.ok()));
-        let mergeable = mergeable.into_iter().filter_map(|m| m.err()).collect();
-        out.extend(merge_append(staging, metadata, settings, mergeable, new.clone(), added).await?);
+        let mut out = deleted_only;
+        let mut mergeable = vec![];
+        for manifest in carried {
+            match manifest {
+                Ok(kept) => out.push(kept),
+                Err(candidate) => mergeable.push(candidate),
+            }
+        }
+        let merged =
+            merged_manifests(staging, metadata, settings, mergeable, new.clone(), added).await?;
+        out.extend(merged);
         return Ok(out);
     }
     let carried = carried.into_iter().map(|m| m.unwrap_or_else(|m| m.file));

@@ -230,26 +230,28 @@ fn collected_into_each_task(
 /// The bytes the merge target's scan in `plan` is estimated at (None: no
 /// scan of the target, or no estimate).
 fn target_scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<usize>> {
-    let mut scan = None;
-    plan.apply(|node| {
-        Ok(
-            match node
-                .as_any()
-                .downcast_ref::<IcebergScanExec>()
-                .filter(|scan| scan.merge_target)
-            {
-                Some(_) => {
-                    scan = Some(node.clone());
-                    TreeNodeRecursion::Stop
-                }
-                None => TreeNodeRecursion::Continue,
-            },
-        )
-    })?;
-    match scan {
+    match target_scan(plan)? {
         Some(scan) => estimated_bytes(&scan),
         None => Ok(None),
     }
+}
+
+/// The merge target's scan in `plan`, the first one found.
+fn target_scan(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let mut scan = None;
+    plan.apply(|node| {
+        let is_target = node
+            .as_any()
+            .downcast_ref::<IcebergScanExec>()
+            .is_some_and(|scan| scan.merge_target);
+        Ok(if is_target {
+            scan = Some(node.clone());
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    Ok(scan)
 }
 
 /// `plan` with its semi join of the target to the source's ON columns
@@ -440,12 +442,7 @@ fn build_side(plan: &Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionP
 
 /// Whether `plan` reads the merge's target.
 fn reads_the_target(plan: &Arc<dyn ExecutionPlan>) -> Result<bool> {
-    plan.exists(|node| {
-        Ok(node
-            .as_any()
-            .downcast_ref::<IcebergScanExec>()
-            .is_some_and(|scan| scan.merge_target))
-    })
+    Ok(target_scan(plan)?.is_some())
 }
 
 /// Whether the classification's hash join builds on the source.

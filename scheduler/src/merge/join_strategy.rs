@@ -196,10 +196,7 @@ fn with_matched_keys_collected(
             JoinType::LeftAnti if right_target => join.swap_inputs(PartitionMode::CollectLeft)?,
             _ => return Ok(JoinRewrite::Stop),
         };
-        let join = anti
-            .as_any()
-            .downcast_ref::<HashJoinExec>()
-            .ok_or_else(|| internal("MERGE: the anti join swapped into another operator"))?;
+        let join = as_hash_join(&anti, "the anti join swapped")?;
         let matched = without_exchange(join.left());
         if target_scan_bytes(&matched)?.is_none_or(|b| b > COLLECTED_MATCHED_KEYS) {
             return Ok(JoinRewrite::Stop);
@@ -276,10 +273,7 @@ fn with_source_keys_collected(
             }
             _ => return Ok(JoinRewrite::Continue),
         };
-        let join = semi
-            .as_any()
-            .downcast_ref::<HashJoinExec>()
-            .ok_or_else(|| internal("MERGE: the semi join swapped into another operator"))?;
+        let join = as_hash_join(&semi, "the semi join swapped")?;
         let source = without_exchange(join.left());
         let within = estimated_bytes(&source)?.is_some_and(|b| b <= COLLECTED_SOURCE_KEYS);
         let partitioning = node.output_partitioning().clone();
@@ -333,6 +327,14 @@ fn with_first_target_join_rewritten(
         })?
         .data;
     Ok(rewritten.then_some(plan))
+}
+
+/// `plan` as the hash join it was built as (`what` names the step, for
+/// the internal error when it is another operator).
+fn as_hash_join<'a>(plan: &'a Arc<dyn ExecutionPlan>, what: &str) -> Result<&'a HashJoinExec> {
+    plan.as_any()
+        .downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| internal(format!("MERGE: {what} into another operator")))
 }
 
 /// `plan` without the exchanges (repartitions) on top of it.
@@ -486,11 +488,7 @@ fn with_outer_join_swapped(plan: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn Execu
                 _ => Arc::new(CoalescePartitionsExec::new(probe)),
             };
             let inputs_set = node.clone().with_new_children(vec![build, probe])?;
-            inputs_set
-                .as_any()
-                .downcast_ref::<HashJoinExec>()
-                .ok_or_else(|| internal("MERGE: the hash join rebuilt as another operator"))?
-                .swap_inputs(mode)?
+            as_hash_join(&inputs_set, "the hash join rebuilt")?.swap_inputs(mode)?
         } else {
             join.swap_inputs(mode)?
         };

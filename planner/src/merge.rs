@@ -130,6 +130,35 @@ impl BoundMerge {
             .iter()
             .any(|c| c.clause_kind == MergeClauseKind::NotMatchedBySource)
     }
+
+    /// The MERGE as it runs when no target row can match (the target scan
+    /// reads no file, every one pruned by the source's keys): its NOT
+    /// MATCHED clauses alone, an insert-only merge. None for a MERGE that
+    /// is insert-only already, has no NOT MATCHED clause, or acts on the
+    /// target rows no source row matches (NOT MATCHED BY SOURCE), and for
+    /// UPDATE and DELETE.
+    pub fn inserts_alone(&self) -> Option<BoundMerge> {
+        if self.kind != RowLevelKind::Merge || self.insert_only || self.needs_every_target_row() {
+            return None;
+        }
+        let inserts = |kind: &MergeClauseKind| {
+            matches!(
+                kind,
+                MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
+            )
+        };
+        let mut merge = self.merge.clone();
+        merge.clauses.retain(|c| inserts(&c.clause_kind));
+        if merge.clauses.is_empty() {
+            return None;
+        }
+        Some(BoundMerge {
+            join_type: "RIGHT",
+            insert_only: true,
+            merge,
+            ..self.clone()
+        })
+    }
 }
 
 /// One WHEN clause, as EXPLAIN shows it.
@@ -1099,6 +1128,37 @@ mod tests {
         );
         assert_eq!(m.join_type, "FULL");
         assert_eq!(m.clauses.len(), 3);
+    }
+
+    #[test]
+    fn inserts_alone_keeps_the_not_matched_clauses_of_a_merge_that_has_them() {
+        let m = bound(
+            "MERGE INTO t USING s ON t.id = s.id WHEN MATCHED AND s.op = 'd' THEN DELETE \
+             WHEN NOT MATCHED AND s.v > 0 THEN INSERT * WHEN MATCHED THEN UPDATE SET * \
+             WHEN NOT MATCHED THEN INSERT (id) VALUES (s.id)",
+        );
+        let alone = m.inserts_alone().expect("two NOT MATCHED clauses");
+        assert_eq!((alone.join_type, alone.insert_only), ("RIGHT", true));
+        let kinds: Vec<_> = alone.merge.clauses.iter().map(|c| c.clause_kind).collect();
+        assert_eq!(
+            kinds,
+            [MergeClauseKind::NotMatched, MergeClauseKind::NotMatched]
+        );
+        assert_eq!(
+            alone.merge.clauses[0]
+                .predicate
+                .as_ref()
+                .map(|p| p.to_string()),
+            Some("s.v > 0".to_string())
+        );
+        for none in [
+            "MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE",
+            "MERGE INTO t USING s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *",
+            "MERGE INTO t USING s ON t.id = s.id WHEN MATCHED THEN DELETE \
+             WHEN NOT MATCHED THEN INSERT * WHEN NOT MATCHED BY SOURCE THEN DELETE",
+        ] {
+            assert!(bound(none).inserts_alone().is_none(), "{none}");
+        }
     }
 
     #[test]

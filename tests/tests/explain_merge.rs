@@ -598,11 +598,62 @@ async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
     );
 }
 
+/// On a cluster an insert-only merge into an unpartitioned table writes in
+/// the tasks of its join, one file per source task (here the source table's
+/// three files, one task each), every row once; into a partitioned table
+/// its rows still cross the exchange to one writer, which writes one file
+/// per partition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_insert_only_merge_writes_in_the_tasks_that_read_the_source() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    session
+        .execute(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
+             CREATE TABLE db.p (id BIGINT, v STRING) PARTITIONED BY (v); \
+             CREATE TABLE db.src (id BIGINT, v STRING); \
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100); \
+             INSERT INTO db.p SELECT value, 'a' FROM generate_series(1, 100); \
+             INSERT INTO db.src SELECT value, 'x' FROM generate_series(51, 1000); \
+             INSERT INTO db.src SELECT value, 'y' FROM generate_series(1001, 2000); \
+             INSERT INTO db.src SELECT value, 'x' FROM generate_series(2001, 3000)",
+        )
+        .await
+        .unwrap();
+    // count, updated, deleted, inserted, copied, files_scanned,
+    // files_removed, files_added
+    for (table, files_added) in [("db.t", "3"), ("db.p", "2")] {
+        let merge = format!(
+            "MERGE INTO {table} t USING db.src s ON t.id = s.id WHEN NOT MATCHED THEN INSERT *"
+        );
+        let rows = query(&session, &merge).await;
+        assert_eq!(
+            (&rows[0][3], &rows[0][7]),
+            (&"2900".to_string(), &files_added.to_string()),
+            "{table}: {rows:?}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                &format!(
+                    "SELECT count(*), count(DISTINCT id), min(id), max(id), \
+                     count(*) FILTER (WHERE v = 'a') FROM {table}"
+                )
+            )
+            .await,
+            vec![vec!["3000", "3000", "1", "3000", "100"]],
+            "{table}"
+        );
+    }
+}
+
 /// An insert-only merge keeps the source rows no target row matches. On a
 /// cluster the target keys the source matches (2 of the target's 200) are
 /// collected whole into each source task, whose anti join
 /// (`CollectLeft`, `RightAnti`) reads the source where it is: the source's
-/// rows reach the join pipelined, with no exchange, on both engines.
+/// rows reach the join pipelined, with no exchange, on both engines. On a
+/// cluster the join's tasks also write the rows they keep: there is no
+/// exchange to writers, and no join stage apart from the writer's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_insert_only_merge_reads_the_source_where_it_is_on_both_engines() {
     const INSERT_ONLY: &str = "MERGE INTO db.t USING (VALUES (2, 'B'), (150, 'C'), \
@@ -613,20 +664,19 @@ async fn an_insert_only_merge_reads_the_source_where_it_is_on_both_engines() {
         let (session, doc, context) = analyzed_on_two_files(dir.path(), engine, INSERT_ONLY).await;
         let merge = doc.merge.as_ref().expect("merge figures");
         assert_eq!(
-            (merge.get("count"), merge.get("rows_inserted")),
-            (Some(2), Some(2)),
+            (
+                merge.get("count"),
+                merge.get("rows_inserted"),
+                merge.get("files_added")
+            ),
+            (Some(2), Some(2), Some(1)),
             "{context}"
         );
         let join = doc
             .stages
             .iter()
-            .find(|s| s.stage.kind == StageKind::Join)
-            .unwrap_or_else(|| panic!("no join stage: {context}"));
-        assert_eq!(
-            join.figures.as_ref().expect("the join ran").rows_out,
-            2,
-            "{context}"
-        );
+            .find(|s| s.stage.operators.iter().any(|o| o.contains("Anti")))
+            .unwrap_or_else(|| panic!("no anti join: {context}"));
         let source_inputs: Vec<_> = join
             .stage
             .inputs
@@ -636,18 +686,36 @@ async fn an_insert_only_merge_reads_the_source_where_it_is_on_both_engines() {
             .collect();
         assert_eq!(source_inputs.len(), 1, "{context}");
         assert!(source_inputs[0].pipelined, "{context}");
-        if engine == EngineKind::Cluster {
-            let operators = join.stage.operators.join("\n");
-            assert!(
-                operators.contains("mode=CollectLeft, join_type=RightAnti"),
-                "{context}"
-            );
-            let filter = figures(&doc, StageKind::TargetFilter);
-            assert_eq!(
-                (filter.rows_in, filter.rows_out),
-                (Some(204), 2),
-                "{context}"
-            );
+        match engine {
+            EngineKind::Local => {
+                assert_eq!(join.stage.kind, StageKind::Join, "{context}");
+                assert_eq!(
+                    join.figures.as_ref().expect("the join ran").rows_out,
+                    2,
+                    "{context}"
+                );
+            }
+            EngineKind::Cluster => {
+                assert_eq!(join.stage.kind, StageKind::MergeWriter, "{context}");
+                assert!(
+                    join.stage
+                        .role
+                        .contains("rows written where they are joined"),
+                    "{context}"
+                );
+                assert!(all_figures(&doc, StageKind::Join).is_empty(), "{context}");
+                let operators = join.stage.operators.join("\n");
+                assert!(
+                    operators.contains("mode=CollectLeft, join_type=RightAnti"),
+                    "{context}"
+                );
+                let filter = figures(&doc, StageKind::TargetFilter);
+                assert_eq!(
+                    (filter.rows_in, filter.rows_out),
+                    (Some(204), 2),
+                    "{context}"
+                );
+            }
         }
         assert_eq!(
             query(

@@ -357,6 +357,65 @@ async fn target_only_on_conjuncts_prune_and_not_matched_by_source_reads_everythi
     }
 }
 
+/// An upsert whose source keys prune every file of the target matches no
+/// target row: it runs as its NOT MATCHED clause alone, an insert-only
+/// merge (an anti join reading the ON columns, no row ids), commits an
+/// `append` and rewrites nothing. With one key inside the table's range it
+/// reads row ids and updates as any upsert.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_upsert_whose_keys_prune_every_file_runs_as_an_insert_on_both_engines() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = forty_files(dir.path(), engine).await;
+        let upsert = |keys: &str| {
+            format!(
+                "MERGE INTO db.t USING (VALUES {keys}) AS s(id, v) ON t.id = s.id \
+                 WHEN MATCHED THEN UPDATE SET v = s.v \
+                 WHEN NOT MATCHED THEN INSERT (id, region, v) VALUES (s.id, 'new', s.v)"
+            )
+        };
+        let new_keys = upsert("(5000, 7), (5001, 8), (5002, 9)");
+        let plan = query(&session, &format!("EXPLAIN {new_keys}")).await;
+        let plan: String = plan.iter().map(|r| r.join(" ") + "\n").collect();
+        assert!(
+            plan.contains("files=0, files_pruned=40") && plan.contains("merge_target=keys only"),
+            "{engine:?}:\n{plan}"
+        );
+        assert!(!plan.contains("row_ids="), "{engine:?}:\n{plan}");
+        let rows = query(&session, &new_keys).await;
+        // count, updated, deleted, inserted, copied, files_scanned,
+        // files_removed, files_added
+        assert_eq!(
+            &rows[0][..8],
+            &["3", "0", "0", "3", "0", "0", "0", "1"],
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT operation FROM db.\"t$snapshots\" ORDER BY committed_at DESC LIMIT 1"
+            )
+            .await,
+            vec![vec!["append"]],
+            "{engine:?}"
+        );
+        // Run again, the keys are in the table's newest file: updated.
+        let rows = query(&session, &new_keys).await;
+        assert_eq!(&rows[0][..4], &["3", "3", "0", "0"], "{engine:?}");
+        let rows = query(&session, &upsert("(705, 1), (6000, 2)")).await;
+        assert_eq!(&rows[0][..4], &["2", "1", "0", "1"], "{engine:?}");
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), sum(v), count(*) FILTER (WHERE region = 'new') FROM db.t"
+            )
+            .await,
+            vec![vec!["4004", "27", "4"]],
+            "{engine:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
     for engine in ENGINES {

@@ -174,7 +174,15 @@ fn classifies(node: &Arc<dyn ExecutionPlan>) -> bool {
 /// The kind and role of the stage made of `nodes` (which has stage `inputs`).
 fn kind_and_role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> (StageKind, &'static str) {
     let has = |test: fn(&Arc<dyn ExecutionPlan>) -> bool| nodes.iter().any(test);
-    if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
+    let writes = has(|n| n.as_any().is::<CopyOnWriteWriterExec>())
+        || has(|n| n.as_any().is::<MergeOnReadWriterExec>());
+    if writes && has(is_join) {
+        // An insert-only merge on a cluster: no exchange to writers.
+        (
+            StageKind::MergeWriter,
+            "join / classify / writer: rows written where they are joined",
+        )
+    } else if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
         (
             StageKind::MergeWriter,
             "writer: copy-on-write per data file, duplicate-match check",

@@ -50,7 +50,9 @@
 //! `COLLECTED_MATCHED_KEYS` (the matched rows are some of its rows), they
 //! are collected whole into every source task, which drops its matched
 //! rows where it reads them. The source, often millions of wide rows, is
-//! then shuffled once, to the writers, where it was shuffled twice.
+//! then shuffled once, to the writers, where it was shuffled twice; into
+//! an unpartitioned table not at all, the join's tasks writing the rows
+//! they keep (`writes_where_joined` in the module above).
 
 use std::sync::Arc;
 

@@ -11,7 +11,9 @@
 //!   tasks reading the snapshot pinned at plan time; its files are pruned by
 //!   ON conjuncts on the target alone and by the source's key values
 //!   (`dynamic_pruning`); an insert-only merge's scan reads the ON columns
-//!   alone, without row ids, for its anti join;
+//!   alone, without row ids, for its anti join; a merge whose source keys
+//!   prune every file matches no target row and runs as its NOT MATCHED
+//!   clauses alone, an insert-only merge (`BoundMerge::inserts_alone`);
 //! - B: source scan — whatever DataFusion plans for the USING relation;
 //! - C: join / classify — DataFusion's hash join (keys from the ON
 //!   equalities, the rest as join filter); on the local engine, a join
@@ -25,7 +27,9 @@
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
 //!   the table's `write.merge.mode` is `merge-on-read`; either also fails
-//!   the statement on a duplicate match;
+//!   the statement on a duplicate match; on a cluster, an insert-only
+//!   merge into an unpartitioned table writes in the join's tasks, with no
+//!   exchange (`writes_where_joined`);
 //! - E: commit — here, after the job: `append` when the merge only inserted,
 //!   otherwise an `overwrite` snapshot (copy-on-write) or a row delta
 //!   (merge-on-read); the pointer swap is a compare-and-swap (`outcome`,
@@ -55,6 +59,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
@@ -178,7 +183,33 @@ pub async fn plan_merge(
         let pruning = keys
             .as_ref()
             .and_then(|k| Some((k.predicate.clone()?, k.origin)));
-        let routes = insert_routes(&base, keys.map(|k| k.rows), writers)?;
+        // When the source's keys prune every file of the target, no target
+        // row can match: the merge runs as its NOT MATCHED clauses alone,
+        // an insert-only merge, whose join has nothing to build on.
+        let inserts_alone = match (&pruning, bound.inserts_alone()) {
+            (Some((predicate, _)), Some(alone)) if reads_no_file(&provider, predicate).await? => {
+                Some(alone)
+            }
+            _ => None,
+        };
+        let (bound, logical) = match inserts_alone {
+            Some(alone) => {
+                let sql = classify_sql(&alone, &relation, &columns, TargetPrefilter::None)?;
+                let logical = ctx
+                    .state()
+                    .create_logical_plan(&sql)
+                    .await
+                    .map_err(|e| explain_bind_error(e, &alone))?;
+                (alone, logical)
+            }
+            None => (bound, logical),
+        };
+        let written_where_joined = writes_where_joined(engine, &bound, &base);
+        let routes = if written_where_joined {
+            1.0
+        } else {
+            insert_routes(&base, keys.map(|k| k.rows), writers)?
+        };
         // The pruned target and the insert routes, in this plan or in the
         // join strategy's re-planned one.
         let prepare = |logical: LogicalPlan| -> Result<LogicalPlan> {
@@ -219,14 +250,17 @@ pub async fn plan_merge(
         });
         let physical = join_strategy::plan_join(ctx, &logical, engine, prefiltered).await?;
         Ok::<_, datafusion::error::DataFusionError>((
+            bound,
             physical,
             deterministic_source,
             delete_predicate,
+            written_where_joined,
         ))
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
-    let (classified, deterministic_source, delete_predicate) = planned?;
+    let (bound, classified, deterministic_source, delete_predicate, written_where_joined) =
+        planned?;
     let ScannedTargets {
         files: targets,
         pruned: files_pruned,
@@ -242,10 +276,11 @@ pub async fn plan_merge(
     };
 
     let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
+    let exchange = (!written_where_joined).then_some(writers);
     let writer = writer_stage(
         mode,
         classified,
-        writers,
+        exchange,
         !bound.insert_only,
         targets,
         WriterTable {
@@ -270,6 +305,30 @@ pub async fn plan_merge(
     })
 }
 
+/// Whether the tasks of the join write the rows they classify, with no
+/// exchange to writers: on a cluster, for an insert-only merge into an
+/// unpartitioned table. Its join reads the source where it is, so its rows
+/// make no trip through shuffle files, and it writes one file or more per
+/// source split, as Spark writes an unpartitioned, unsorted table; its
+/// inserted rows need no route.
+fn writes_where_joined(engine: JoinEngine, bound: &BoundMerge, base: &Table) -> bool {
+    engine == JoinEngine::Cluster
+        && bound.kind == RowLevelKind::Merge
+        && bound.insert_only
+        && base.metadata().default_partition_spec().is_unpartitioned()
+}
+
+/// Whether the target's scan pruned by `predicate` (the source's keys)
+/// reads no data file.
+async fn reads_no_file(provider: &IcebergTableProvider, predicate: &Predicate) -> Result<bool> {
+    let scan = provider
+        .clone()
+        .with_pruning(predicate.clone())
+        .plan_scan(None, &[], None, 1)
+        .await?;
+    Ok(scan.groups.iter().all(|group| group.is_empty()))
+}
+
 /// The table a merge's writer stage writes into.
 struct WriterTable<'a> {
     name: &'a str,
@@ -278,10 +337,12 @@ struct WriterTable<'a> {
     write_id: &'a str,
 }
 
-/// Stage D: the exchange that sends every merge row of one data file to one
-/// writer (inserts, which have no file, spread by the route column; the
-/// route is dropped once the rows are routed), and the writer of the
-/// table's write mode on top. A copy-on-write writer of a merge that
+/// Stage D: the exchange to `exchange` writers that sends every merge row
+/// of one data file to one writer (inserts, which have no file, spread by
+/// the route column; the route is dropped once the rows are routed), and
+/// the writer of the table's write mode on top; with no exchange (None),
+/// each task of the join writes the rows it classifies (an insert-only
+/// merge on a cluster, see `plan_merge`). A copy-on-write writer of a merge that
 /// changes target rows gets its changes sorted by data file (a sort that
 /// spills under the memory budget; inserted rows skip it and come first),
 /// so it rewrites each file as soon as its changes are complete and holds
@@ -289,7 +350,7 @@ struct WriterTable<'a> {
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
-    writers: usize,
+    exchange: Option<usize>,
     changes_rows: bool,
     targets: TargetFiles,
     table: WriterTable<'_>,
@@ -299,14 +360,19 @@ fn writer_stage(
     } else {
         classified
     };
-    let route = classified.schema().index_of(ROUTE_COLUMN)?;
-    let exchange = without_route(Arc::new(RepartitionExec::try_new(
-        classified,
-        Partitioning::Hash(
-            vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
-            writers.max(1),
-        ),
-    )?))?;
+    let exchange = match exchange {
+        Some(writers) => {
+            let route = classified.schema().index_of(ROUTE_COLUMN)?;
+            without_route(Arc::new(RepartitionExec::try_new(
+                classified,
+                Partitioning::Hash(
+                    vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
+                    writers.max(1),
+                ),
+            )?))?
+        }
+        None => without_route(classified)?,
+    };
     let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
     let write_id = table.write_id.to_string();
     Ok(match mode {

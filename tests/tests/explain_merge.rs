@@ -35,7 +35,11 @@ async fn explain_merge_shows_the_stage_graph() {
         let dir = tempfile::tempdir().unwrap();
         let session = open_session(dir.path(), engine).await;
         session
-            .execute("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); INSERT INTO db.t VALUES (1, 'a'), (2, 'b')")
+            .execute(
+                "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
+                 INSERT INTO db.t SELECT value, CASE value WHEN 1 THEN 'a' WHEN 2 THEN 'b' \
+                   ELSE 'z' END FROM generate_series(1, 40) WHERE value < 3 OR value >= 10",
+            )
             .await
             .unwrap();
 
@@ -60,9 +64,9 @@ async fn explain_merge_shows_the_stage_graph() {
         assert!(text.contains("tasks: "), "{text}");
         assert!(!text.contains("StageProbeExec"), "{text}");
         // A cluster's target scan tasks drop the rows no source key
-        // matches before the exchange: the source's ON columns are
-        // collected into each (a stage of their own), and only the matched
-        // rows are shuffled to the join.
+        // matches before the exchange: the source's ON columns (2 keys,
+        // beside the target's 33 rows) are collected into each (a stage of
+        // their own), and only the matched rows are shuffled to the join.
         let stages = match engine {
             EngineKind::Local => {
                 assert!(!text.contains("filter target by source keys"), "{text}");
@@ -118,10 +122,69 @@ async fn explain_merge_shows_the_stage_graph() {
             vec![vec!["2"]]
         );
         assert_eq!(
-            query(&session, "SELECT id, v FROM db.t ORDER BY id").await,
+            query(&session, "SELECT id, v FROM db.t WHERE id < 10 ORDER BY id").await,
             vec![vec!["1", "a"], vec!["2", "B"], vec!["9", "new"]]
         );
+        assert_eq!(
+            query(&session, "SELECT count(*) FROM db.t").await,
+            vec![vec!["34"]]
+        );
     }
+}
+
+/// A cluster filters the target by the source's keys only where it pays:
+/// each target scan task hashes every source key, to spare the exchange
+/// the target rows no key matches. A source with a key for every target
+/// row keeps the partitioned join (no "filter target by source keys"
+/// stage); an insert-only merge of the same source still filters, its
+/// anti join building on the matched keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    session
+        .execute(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
+             CREATE TABLE db.s (id BIGINT, v STRING); \
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100); \
+             INSERT INTO db.s SELECT value, 'u' FROM generate_series(1, 101)",
+        )
+        .await
+        .unwrap();
+    let every_key = "MERGE INTO db.t USING db.s ON t.id = s.id";
+    let upsert =
+        format!("{every_key} WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *");
+    let insert_only = format!("{every_key} WHEN NOT MATCHED THEN INSERT *");
+    let text = lines(&session, &format!("EXPLAIN {upsert}"))
+        .await
+        .join("\n");
+    assert!(!text.contains("filter target by source keys"), "{text}");
+    assert!(text.contains("mode=Partitioned"), "{text}");
+    let text = lines(&session, &format!("EXPLAIN {insert_only}"))
+        .await
+        .join("\n");
+    assert!(text.contains("filter target by source keys"), "{text}");
+    assert!(
+        text.contains("mode=CollectLeft, join_type=RightAnti"),
+        "{text}"
+    );
+    // count, updated, deleted, inserted
+    assert_eq!(
+        &query(&session, &upsert).await[0][..4],
+        &["101", "100", "0", "1"]
+    );
+    assert_eq!(
+        &query(&session, &insert_only).await[0][..4],
+        &["0", "0", "0", "0"]
+    );
+    assert_eq!(
+        query(
+            &session,
+            "SELECT count(*), count(*) FILTER (WHERE v = 'u') FROM db.t"
+        )
+        .await,
+        vec![vec!["101", "101"]]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

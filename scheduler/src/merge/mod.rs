@@ -247,6 +247,7 @@ pub async fn plan_merge(
         let prefiltered = prefilter.then_some(join_strategy::Prefiltered {
             sql: &prefiltered_sql,
             prepare: &prepare,
+            insert_only: bound.insert_only,
         });
         let physical = join_strategy::plan_join(ctx, &logical, engine, prefiltered).await?;
         Ok::<_, datafusion::error::DataFusionError>((

@@ -159,12 +159,7 @@ pub async fn plan_merge(
     ctx.register_table(relation.as_str(), Arc::new(provider.clone()))?;
     let planned = async {
         check_assignment_types(ctx, &bound, &relation, &columns, &target_schema).await?;
-        let sql = classify_sql(&bound, &relation, &columns, TargetPrefilter::None)?;
-        let logical = ctx
-            .state()
-            .create_logical_plan(&sql)
-            .await
-            .map_err(|e| explain_bind_error(e, &bound))?;
+        let logical = classification(ctx, &bound, &relation, &columns).await?;
         let (deterministic_source, keys) = if bound.kind == RowLevelKind::Merge {
             check_join_keys(&logical, &bound)?;
             let deterministic = !is_volatile(&join_source(&logical)?)?;
@@ -194,12 +189,7 @@ pub async fn plan_merge(
         };
         let (bound, logical) = match inserts_alone {
             Some(alone) => {
-                let sql = classify_sql(&alone, &relation, &columns, TargetPrefilter::None)?;
-                let logical = ctx
-                    .state()
-                    .create_logical_plan(&sql)
-                    .await
-                    .map_err(|e| explain_bind_error(e, &alone))?;
+                let logical = classification(ctx, &alone, &relation, &columns).await?;
                 (alone, logical)
             }
             None => (bound, logical),
@@ -304,6 +294,21 @@ pub async fn plan_merge(
         metadata_delete,
         schema_evolved_from: None,
     })
+}
+
+/// The logical plan of `bound`'s classification query over the target's
+/// row-id relation (registered as `relation`).
+async fn classification(
+    ctx: &datafusion::prelude::SessionContext,
+    bound: &BoundMerge,
+    relation: &str,
+    columns: &[String],
+) -> Result<LogicalPlan> {
+    let sql = classify_sql(bound, relation, columns, TargetPrefilter::None)?;
+    ctx.state()
+        .create_logical_plan(&sql)
+        .await
+        .map_err(|e| explain_bind_error(e, bound))
 }
 
 /// Whether the tasks of the join write the rows they classify, with no

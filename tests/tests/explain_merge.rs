@@ -63,24 +63,15 @@ async fn explain_merge_shows_the_stage_graph() {
         );
         assert!(text.contains("tasks: "), "{text}");
         assert!(!text.contains("StageProbeExec"), "{text}");
-        // A cluster's target scan tasks drop the rows no source key
-        // matches before the exchange: the source's ON columns (2 keys,
-        // beside the target's 33 rows) are collected into each (a stage of
-        // their own), and only the matched rows are shuffled to the join.
-        let stages = match engine {
-            EngineKind::Local => {
-                assert!(!text.contains("filter target by source keys"), "{text}");
-                5
-            }
-            EngineKind::Cluster => {
-                assert!(text.contains("filter target by source keys"), "{text}");
-                assert!(
-                    text.contains("HashJoinExec: mode=CollectLeft, join_type=RightSemi"),
-                    "{text}"
-                );
-                7
-            }
-        };
+        // The target is one file, its scan one task: on a cluster too the
+        // join runs in that task, the two-row source read there, as on the
+        // local engine (no target filter, no exchange before the writer's).
+        assert!(!text.contains("filter target by source keys"), "{text}");
+        assert!(
+            text.contains("HashJoinExec: mode=CollectLeft"),
+            "{engine:?}: {text}"
+        );
+        let stages = 5;
 
         let dot = lines(&session, &format!("EXPLAIN (FORMAT GRAPHVIZ) {MERGE}")).await;
         assert!(dot[0].starts_with("digraph"), "{dot:?}");
@@ -146,8 +137,10 @@ async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
         .execute(
             "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
              CREATE TABLE db.s (id BIGINT, v STRING); \
-             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100); \
-             INSERT INTO db.s SELECT value, 'u' FROM generate_series(1, 101)",
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 50); \
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(51, 100); \
+             INSERT INTO db.s SELECT value, 'u' FROM generate_series(1, 50); \
+             INSERT INTO db.s SELECT value, 'u' FROM generate_series(51, 101)",
         )
         .await
         .unwrap();
@@ -184,6 +177,77 @@ async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
         )
         .await,
         vec![vec!["101", "101"]]
+    );
+}
+
+/// On a cluster, a join whose probe side is read in one task (here the
+/// scan of a one-file target) runs in that task, its small build side (the
+/// source) read there too, as on the local engine: no exchange before the
+/// writer's, no target filter, the stages of the local plan. The build
+/// side's unmatched rows (the inserts) come out once, and so do the target
+/// rows no source row matches, under NOT MATCHED BY SOURCE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_joins_in_the_one_task_of_a_one_task_probe_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    session
+        .execute(
+            "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
+             INSERT INTO db.t SELECT value, 'a' FROM generate_series(1, 100)",
+        )
+        .await
+        .unwrap();
+    let upsert = "MERGE INTO db.t USING (VALUES (2, 'B'), (200, 'new')) AS s(id, v) \
+                  ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
+                  WHEN NOT MATCHED THEN INSERT *";
+    let by_source = "MERGE INTO db.t USING (VALUES (3, 'C'), (300, 'x')) AS s(id, v) \
+                     ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v \
+                     WHEN NOT MATCHED THEN INSERT * \
+                     WHEN NOT MATCHED BY SOURCE AND t.id > 90 THEN DELETE";
+    for (merge, join) in [(upsert, "join_type=Left"), (by_source, "join_type=Full")] {
+        let text = lines(&session, &format!("EXPLAIN {merge}"))
+            .await
+            .join("\n");
+        assert!(
+            text.contains(&format!("HashJoinExec: mode=CollectLeft, {join}")),
+            "{text}"
+        );
+        assert!(!text.contains("mode=Partitioned"), "{text}");
+        assert!(!text.contains("filter target by source keys"), "{text}");
+        let plan: ExplainDocument = serde_json::from_str(
+            &document(&session, &format!("EXPLAIN (FORMAT JSON) {merge}")).await,
+        )
+        .unwrap();
+        let mut kinds: Vec<_> = plan
+            .stages
+            .iter()
+            .map(|s| format!("{:?}", s.stage.kind))
+            .collect();
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            ["Commit", "Join", "MergeWriter", "ScanSource", "ScanTarget"],
+            "{text}"
+        );
+    }
+    // count, updated, deleted, inserted
+    assert_eq!(
+        &query(&session, upsert).await[0][..4],
+        &["2", "1", "0", "1"]
+    );
+    assert_eq!(
+        &query(&session, by_source).await[0][..4],
+        &["13", "1", "11", "1"]
+    );
+    assert_eq!(
+        query(
+            &session,
+            "SELECT count(*), count(*) FILTER (WHERE id IN (200, 300)), \
+             string_agg(v, ',' ORDER BY id) FILTER (WHERE id < 4), max(id) FILTER (WHERE id < 200) \
+             FROM db.t"
+        )
+        .await,
+        vec![vec!["91", "1", "a,B,C", "90"]]
     );
 }
 
@@ -623,8 +687,8 @@ async fn explain_formats_of_a_query_and_an_insert() {
 }
 
 /// On a cluster, a stage's `shuffled` figure is the size of the shuffle
-/// files it wrote, measured on disk: 50k source rows of a 200-byte string
-/// take 10 MB as Arrow batches, and far less once LZ4 compresses their
+/// files it wrote, measured on disk: 10k source rows of a 200-byte string
+/// take 2 MB as Arrow batches, and far less once LZ4 compresses their
 /// repeated bytes (Ballista's sort-based writer would report the former).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
@@ -633,14 +697,15 @@ async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
     session
         .execute(
             "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, s STRING);
-             INSERT INTO db.t SELECT value, repeat('x', 200) FROM generate_series(1, 100000)",
+             INSERT INTO db.t SELECT value, repeat('x', 200) FROM generate_series(1, 50000);
+             INSERT INTO db.t SELECT value, repeat('x', 200) FROM generate_series(50001, 100000)",
         )
         .await
         .unwrap();
     let json = document(
         &session,
         "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t \
-         USING (SELECT id, s FROM db.t WHERE id % 2 = 0) AS src ON t.id = src.id \
+         USING (SELECT id, s FROM db.t WHERE id % 10 = 0) AS src ON t.id = src.id \
          WHEN MATCHED THEN UPDATE SET s = src.s",
     )
     .await;
@@ -649,15 +714,15 @@ async fn a_cluster_stage_reports_the_bytes_its_shuffle_files_take_on_disk() {
     // tasks, and its rows, shuffled to the join.
     let sources = all_figures(&doc, StageKind::ScanSource);
     assert_eq!(sources.len(), 2, "{json}");
-    assert!(sources.iter().all(|s| s.rows_out == 50_000), "{json}");
+    assert!(sources.iter().all(|s| s.rows_out == 10_000), "{json}");
     let shuffled = sources
         .iter()
         .map(|s| s.bytes_shuffled.expect("a cluster stage shuffles"))
         .max()
         .unwrap();
     assert!(
-        shuffled > 0 && shuffled < 50_000 * 200 / 4,
-        "{shuffled} bytes shuffled for 50000 rows of 200 repeated bytes: {json}"
+        shuffled > 0 && shuffled < 10_000 * 200 / 4,
+        "{shuffled} bytes shuffled for 10000 rows of 200 repeated bytes: {json}"
     );
 }
 

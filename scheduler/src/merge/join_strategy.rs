@@ -31,7 +31,12 @@
 //! sorted rows (memory that cannot spill) while the other side's sort
 //! starts, which then fails (a 1M-row merge in 96 MiB).
 //!
-//! On a cluster, what costs is the shuffle: every target row the scan
+//! On a cluster, a join whose probe side is read in one task (a one-file
+//! target, a one-split source) and whose build side is small runs in that
+//! task, both sides read where they are, as on the local engine: one
+//! stage before the writer's where a partitioned join took four.
+//!
+//! Otherwise, on a cluster, what costs is the shuffle: every target row the scan
 //! reads is written to and read from an exchange on its way to the join,
 //! though a merge matches few of them (an insert-only merge of new keys,
 //! none). So a cluster joins the source to the target rows it matches
@@ -91,6 +96,11 @@ const COLLECTED_SOURCE_KEYS: usize = 128 << 20;
 /// columns) may be estimated at for a cluster to send the target rows the
 /// source matches, some of them, whole to every source task.
 const COLLECTED_MATCHED_KEYS: usize = 128 << 20;
+
+/// The most bytes a join's build side may be estimated at for a cluster
+/// to run the join in the one task of its probe side, the build side read
+/// there whole (`with_join_in_one_task`).
+const ONE_TASK_BUILD_SIDE: usize = 128 << 20;
 
 /// Where a merge's join runs, which decides how it is planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,6 +169,9 @@ async fn planned_on_a_cluster(
     prefiltered: Option<Prefiltered<'_>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let plain = state.create_physical_plan(logical).await?;
+    if let Some(plan) = with_join_in_one_task(plain.clone())? {
+        return Ok(plan);
+    }
     let Some(prefiltered) = prefiltered else {
         return Ok(plain);
     };
@@ -183,6 +196,46 @@ async fn planned_on_a_cluster(
     } else {
         with_outer_join_swapped(plan)
     }
+}
+
+/// `plan` with its partitioned join of the target run in one task, as the
+/// local engine runs it, when the join's probe side is read in one task
+/// (a target or a source of one scan task) and its build side is
+/// estimated within `ONE_TASK_BUILD_SIDE`: the task reads both sides where
+/// they are and builds its hash table of the whole build side, so neither
+/// side crosses an exchange to the join, and the stages before the
+/// writer's are one. With one probe task, the join gives every row the
+/// partitioned join gives, the build side's unmatched rows (a merge's
+/// inserts, an outer join's target rows) once. A build side of one
+/// partition is read in the task; of more, collected into it first. None
+/// when the plan's join is not such a join: a one-row merge of a one-file
+/// table ran four stages before its writer, each a round trip of the
+/// scheduler, for a join of one row.
+fn with_join_in_one_task(plan: Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    with_first_target_join_rewritten(plan, |_, join, (left_target, right_target)| {
+        if left_target == right_target || *join.partition_mode() != PartitionMode::Partitioned {
+            return Ok(JoinRewrite::Stop);
+        }
+        let (build, probe) = (
+            without_exchange(join.left()),
+            without_exchange(join.right()),
+        );
+        let within = estimated_bytes(&build)?.is_some_and(|b| b <= ONE_TASK_BUILD_SIDE);
+        if !within || probe.output_partitioning().partition_count() != 1 {
+            return Ok(JoinRewrite::Stop);
+        }
+        let build: Arc<dyn ExecutionPlan> = match build.output_partitioning().partition_count() {
+            1 => build,
+            _ => Arc::new(CoalescePartitionsExec::new(build)),
+        };
+        Ok(JoinRewrite::Replace(
+            join.builder()
+                .with_partition_mode(PartitionMode::CollectLeft)
+                .with_new_children(vec![build, probe])?
+                .reset_state()
+                .build_exec()?,
+        ))
+    })
 }
 
 /// `plan` (an insert-only merge's classification, its target filtered by

@@ -218,6 +218,23 @@ fn peer_cell(c: &CaseResult, peer: &str) -> String {
     }
 }
 
+/// A peer's peak RSS in MiB; for a run killed at the harness's timeout,
+/// its peak until then, a lower bound ("≥").
+fn peer_rss_cell(c: &CaseResult, peer: &str) -> String {
+    match c.peers.iter().find(|p| p.peer == peer) {
+        Some(p) if p.seconds.is_some() => mib(Some(p.process_peak_rss as f64)),
+        Some(p)
+            if p.process_peak_rss > 0
+                && p.note
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("timed out")) =>
+        {
+            format!("≥{}", mib(Some(p.process_peak_rss as f64)))
+        }
+        _ => "—".into(),
+    }
+}
+
 const HEADER: [&str; 19] = [
     "case",
     "source rows",
@@ -265,7 +282,7 @@ fn row(c: &CaseResult) -> Vec<String> {
         ratio(local, c.floor_seconds()),
         mib(c.local.as_ref().and_then(|e| e.median_merge_rss())),
         mib(c.local.as_ref().and_then(|e| e.median_process_rss())),
-        mib(c.peer_rss("delta")),
+        peer_rss_cell(c, "delta"),
         count(c.local.as_ref().and_then(|e| e.stat("files_removed"))),
         c.local
             .as_ref()
@@ -742,4 +759,39 @@ pub fn write_markdown(path: &Path, report: &Report) -> Result<()> {
     }
     std::fs::write(path, text)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn with_delta(run: Option<Value>) -> CaseResult {
+        serde_json::from_value(json!({
+            "name": "c", "peer_case": "c", "peer_note": "", "matched_fraction": 0.0,
+            "not_matched_fraction": 0.0, "target_rows": 1, "source_rows": 1,
+            "touched_files": 0, "local": null, "cluster": null, "floor": null,
+            "peers": run.into_iter().collect::<Vec<_>>(),
+        }))
+        .unwrap()
+    }
+
+    fn delta_run(seconds: Option<f64>, note: Option<&str>) -> Option<Value> {
+        Some(json!({
+            "peer": "delta", "seconds": seconds, "rows_after": null,
+            "process_peak_rss": 3u64 << 30, "note": note, "metrics": null,
+        }))
+    }
+
+    #[test]
+    fn a_peer_killed_at_the_timeout_shows_its_peak_rss_until_then_as_a_lower_bound() {
+        let cell = |run| peer_rss_cell(&with_delta(run), "delta");
+        assert_eq!(cell(delta_run(Some(1.5), None)), "3072");
+        assert_eq!(
+            cell(delta_run(None, Some("timed out after 300 s"))),
+            "≥3072"
+        );
+        assert_eq!(cell(delta_run(None, Some("failed: no such file"))), "—");
+        assert_eq!(cell(None), "—");
+    }
 }

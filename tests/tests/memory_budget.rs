@@ -276,9 +276,10 @@ async fn join_line(session: &Session, merge: &str) -> String {
 /// builds on the target's row-id scan (its key and row ids); a narrow
 /// source, on the source (the join as written, source first). An
 /// insert-only merge is an anti join that reads the target's key alone,
-/// and builds on the narrower side too; on a cluster it builds on the
-/// target keys the source matches, collected whole into each source task
-/// (`CollectLeft`), so that the source is not shuffled to the join.
+/// and builds on the narrower side too. On a cluster the joins of this
+/// one-file target run in the one task of its scan or of the one-file
+/// source's (`CollectLeft`): the wide source's anti join builds on the
+/// target keys, the narrow source's on the source, as on the local engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
     for engine in ENGINES {
@@ -314,7 +315,7 @@ async fn a_merge_join_builds_on_the_narrower_side_on_both_engines() {
             EngineKind::Local => ("join_type=RightAnti,", "join_type=LeftAnti,"),
             EngineKind::Cluster => (
                 "mode=CollectLeft, join_type=RightAnti,",
-                "mode=CollectLeft, join_type=RightAnti,",
+                "mode=CollectLeft, join_type=LeftAnti,",
             ),
         };
         for (merge, join) in [

@@ -216,24 +216,19 @@ fn with_join_in_one_task(plan: Arc<dyn ExecutionPlan>) -> Result<Option<Arc<dyn 
         if left_target == right_target || *join.partition_mode() != PartitionMode::Partitioned {
             return Ok(JoinRewrite::Stop);
         }
-        let (build, probe) = (
-            without_exchange(join.left()),
-            without_exchange(join.right()),
-        );
+        let build = without_exchange(join.left());
         let within = estimated_bytes(&build)?.is_some_and(|b| b <= ONE_TASK_BUILD_SIDE);
-        if !within || probe.output_partitioning().partition_count() != 1 {
+        let probe_tasks = without_exchange(join.right())
+            .output_partitioning()
+            .partition_count();
+        if !within || probe_tasks != 1 {
             return Ok(JoinRewrite::Stop);
         }
-        let build: Arc<dyn ExecutionPlan> = match build.output_partitioning().partition_count() {
-            1 => build,
-            _ => Arc::new(CoalescePartitionsExec::new(build)),
-        };
         Ok(JoinRewrite::Replace(
-            join.builder()
-                .with_partition_mode(PartitionMode::CollectLeft)
-                .with_new_children(vec![build, probe])?
-                .reset_state()
-                .build_exec()?,
+            match build.output_partitioning().partition_count() {
+                1 => built_whole_in_each_task(join, build)?,
+                _ => collected_into_each_task(join, build)?,
+            },
         ))
     })
 }
@@ -279,12 +274,19 @@ fn collected_into_each_task(
     join: &HashJoinExec,
     build: Arc<dyn ExecutionPlan>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    built_whole_in_each_task(join, Arc::new(CoalescePartitionsExec::new(build)))
+}
+
+/// `join` building on `build` (one partition) whole in each of its tasks,
+/// probed by its right input where that is read (the exchange before it
+/// removed).
+fn built_whole_in_each_task(
+    join: &HashJoinExec,
+    build: Arc<dyn ExecutionPlan>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     join.builder()
         .with_partition_mode(PartitionMode::CollectLeft)
-        .with_new_children(vec![
-            Arc::new(CoalescePartitionsExec::new(build)),
-            without_exchange(join.right()),
-        ])?
+        .with_new_children(vec![build, without_exchange(join.right())])?
         .reset_state()
         .build_exec()
 }

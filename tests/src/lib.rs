@@ -181,6 +181,17 @@ pub async fn query(session: &Session, sql: &str) -> Vec<Vec<String>> {
     }
 }
 
+/// The operation of the newest snapshot of `table` (`namespace.name`).
+pub async fn last_operation(session: &Session, table: &str) -> String {
+    let (namespace, name) = table
+        .rsplit_once('.')
+        .unwrap_or_else(|| panic!("'{table}' is not namespace.name"));
+    let sql = format!(
+        "SELECT operation FROM {namespace}.\"{name}$snapshots\" ORDER BY committed_at DESC LIMIT 1"
+    );
+    query(session, &sql).await[0][0].clone()
+}
+
 /// sqllogictest adapter over a `Session`.
 pub struct SltSession(pub std::sync::Arc<Session>);
 

@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use icemerge_scheduler::{EngineKind, Session};
 use icemerge_tests::{
-    open_session, open_session_on, postgres_database, query, run_python, ENGINES,
+    last_operation, open_session, open_session_on, postgres_database, query, run_python, ENGINES,
 };
 
 /// The local directory of table `name` (from one of its data files).
@@ -673,12 +673,7 @@ async fn rewrite_data_files_compacts_small_files_and_applies_deletes() {
             "{engine:?}: no delete files"
         );
         assert_eq!(query(&session, rows_sql).await, before, "{engine:?}");
-        let last = query(
-            &session,
-            "SELECT operation FROM db.\"c$snapshots\" ORDER BY committed_at DESC LIMIT 1",
-        )
-        .await;
-        assert_eq!(last, vec![vec!["replace"]]);
+        assert_eq!(last_operation(&session, "db.c").await, "replace");
         pyiceberg_reads(&wh, "db.c", &before, &format!("{engine:?}"));
 
         // More rows, then a small target size: several files, the rows

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use icemerge_scheduler::{EngineKind, Session};
-use icemerge_tests::{open_session, parquet_files, query, ENGINES};
+use icemerge_tests::{last_operation, open_session, parquet_files, query, ENGINES};
 
 const FILES: usize = 40;
 
@@ -39,16 +39,6 @@ async fn forty_files(warehouse: &Path, engine: EngineKind) -> Session {
     let session = open_session(warehouse, engine).await;
     assert_eq!(file_count(&session).await, FILES as u64);
     session
-}
-
-/// The operation of `db.t`'s newest snapshot.
-async fn last_operation(session: &Session) -> String {
-    query(
-        session,
-        "SELECT operation FROM db.\"t$snapshots\" ORDER BY committed_at DESC LIMIT 1",
-    )
-    .await[0][0]
-        .clone()
 }
 
 /// Live data files of `db.t`.
@@ -400,7 +390,11 @@ async fn an_upsert_whose_keys_prune_every_file_runs_as_an_insert_on_both_engines
             &["3", "0", "0", "3", "0", "0", "0", "1"],
             "{engine:?}"
         );
-        assert_eq!(last_operation(&session).await, "append", "{engine:?}");
+        assert_eq!(
+            last_operation(&session, "db.t").await,
+            "append",
+            "{engine:?}"
+        );
         // Run again, the keys are in the table's newest file: updated.
         let rows = query(&session, &new_keys).await;
         assert_eq!(&rows[0][..4], &["3", "3", "0", "0"], "{engine:?}");
@@ -439,7 +433,11 @@ async fn insert_only_appends_one_file_and_delete_only_drops_files_unread() {
             &["3", "0", "0", "3", "0", "1", "0", "1", "0"],
             "{engine:?}"
         );
-        assert_eq!(last_operation(&session).await, "append", "{engine:?}");
+        assert_eq!(
+            last_operation(&session, "db.t").await,
+            "append",
+            "{engine:?}"
+        );
 
         // Delete-only: every row of file 12 (a range of 100 keys) goes; the
         // file leaves the table without being read or replaced, and the

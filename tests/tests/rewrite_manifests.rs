@@ -13,7 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use icemerge_scheduler::Session;
-use icemerge_tests::{open_session, query, run_python, ENGINES};
+use icemerge_tests::{last_operation, open_session, query, run_python, ENGINES};
 use serde_json::Value;
 
 /// A live entry as PyIceberg reads it: path → (content, partition,
@@ -186,12 +186,7 @@ async fn rewrite_manifests_regroups_and_keeps_every_file() {
             snapshots_after.as_i64().unwrap(),
             snapshots.as_i64().unwrap() + 1
         );
-        let last = query(
-            &session,
-            "SELECT operation FROM db.\"t$snapshots\" ORDER BY committed_at DESC LIMIT 1",
-        )
-        .await;
-        assert_eq!(last, vec![vec!["replace"]]);
+        assert_eq!(last_operation(&session, "db.t").await, "replace");
 
         // Nothing left to regroup: no snapshot, zeros.
         let out = query(&session, "CALL system.rewrite_manifests('db.t')").await;

@@ -34,6 +34,16 @@ pub struct PeerRun {
     pub metrics: Value,
 }
 
+/// How the note of a run killed at the harness's timeout starts.
+const TIMED_OUT: &str = "timed out after ";
+
+impl PeerRun {
+    /// For a run killed at the harness's timeout, that timeout ("300 s").
+    pub fn timed_out_after(&self) -> Option<&str> {
+        self.note.as_deref()?.strip_prefix(TIMED_OUT)
+    }
+}
+
 pub struct PeerConfig<'a> {
     pub python: &'a str,
     pub script: &'a Path,
@@ -130,7 +140,7 @@ fn parse(peer: &str, config: &PeerConfig, done: process::Finished) -> PeerRun {
         metrics: Value::Null,
     };
     if done.timed_out {
-        out.note = Some(format!("timed out after {} s", config.timeout.as_secs()));
+        out.note = Some(format!("{TIMED_OUT}{} s", config.timeout.as_secs()));
         return out;
     }
     let line = done.stdout.lines().rev().find(|l| l.starts_with('{'));

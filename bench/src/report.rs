@@ -209,9 +209,9 @@ fn count(v: Option<u64>) -> String {
 
 fn peer_cell(c: &CaseResult, peer: &str) -> String {
     match c.peers.iter().find(|p| p.peer == peer) {
-        Some(p) => match (p.seconds, &p.note) {
+        Some(p) => match (p.seconds, p.timed_out_after()) {
             (Some(s), _) => format!("{s:.3}"),
-            (None, Some(n)) if n.starts_with("timed out") => format!(">{}", &n[15..]),
+            (None, Some(timeout)) => format!("> {timeout}"),
             _ => "—".into(),
         },
         None => "—".into(),
@@ -223,12 +223,7 @@ fn peer_cell(c: &CaseResult, peer: &str) -> String {
 fn peer_rss_cell(c: &CaseResult, peer: &str) -> String {
     match c.peers.iter().find(|p| p.peer == peer) {
         Some(p) if p.seconds.is_some() => mib(Some(p.process_peak_rss as f64)),
-        Some(p)
-            if p.process_peak_rss > 0
-                && p.note
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with("timed out")) =>
-        {
+        Some(p) if p.process_peak_rss > 0 && p.timed_out_after().is_some() => {
             format!("≥{}", mib(Some(p.process_peak_rss as f64)))
         }
         _ => "—".into(),

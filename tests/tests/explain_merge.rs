@@ -123,16 +123,9 @@ async fn explain_merge_shows_the_stage_graph() {
     }
 }
 
-/// A cluster filters the target by the source's keys only where it pays:
-/// each target scan task hashes every source key, to spare the exchange
-/// the target rows no key matches. A source with a key for every target
-/// row keeps the partitioned join (no "filter target by source keys"
-/// stage); an insert-only merge of the same source still filters, its
-/// anti join building on the matched keys.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
-    let dir = tempfile::tempdir().unwrap();
-    let session = open_session(dir.path(), EngineKind::Cluster).await;
+/// Tables db.t (id BIGINT, v STRING) of two files, ids 1..=100 with v 'a',
+/// and db.s of the same shape, two files, ids 1..=101 with v 'u'.
+async fn two_file_tables(session: &Session) {
     session
         .execute(
             "CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v STRING); \
@@ -144,6 +137,19 @@ async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
         )
         .await
         .unwrap();
+}
+
+/// A cluster filters the target by the source's keys only where it pays:
+/// each target scan task hashes every source key, to spare the exchange
+/// the target rows no key matches. A source with a key for every target
+/// row keeps the partitioned join (no "filter target by source keys"
+/// stage); an insert-only merge of the same source still filters, its
+/// anti join building on the matched keys.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    let session = open_session(dir.path(), EngineKind::Cluster).await;
+    two_file_tables(&session).await;
     let every_key = "MERGE INTO db.t USING db.s ON t.id = s.id";
     let upsert =
         format!("{every_key} WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *");
@@ -853,6 +859,94 @@ async fn an_insert_only_merge_reads_the_source_where_it_is_on_both_engines() {
             .await,
             vec![vec!["202", "2"]],
             "{context}"
+        );
+    }
+}
+
+/// The lines of the EXPLAIN stage whose header names `role`.
+fn stage_lines<'a>(lines: &'a [String], role: &str) -> Vec<&'a str> {
+    let start = lines
+        .iter()
+        .position(|l| l.starts_with("Stage ") && l.contains(role))
+        .unwrap_or_else(|| panic!("no stage {role}: {lines:#?}"));
+    lines[start + 1..]
+        .iter()
+        .take_while(|l| !l.starts_with("Stage ") && !l.is_empty())
+        .map(String::as_str)
+        .collect()
+}
+
+/// On a cluster, data file paths cross each hash exchange
+/// dictionary-encoded: the target scan's stage encodes `_file` before its
+/// shuffle and the join's stage casts it back to the scan's string views;
+/// the writer's stage casts it to the plain strings its sort by data file
+/// takes once it has crossed the writers' exchange. The local engine's
+/// exchanges keep the paths as they are. Counts, rows, and the data file a
+/// duplicate match names come out exact on both engines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_exchange_carries_data_file_paths_dictionary_encoded() {
+    for engine in ENGINES {
+        let dir = tempfile::tempdir().unwrap();
+        let session = open_session(dir.path(), engine).await;
+        two_file_tables(&session).await;
+        let upsert = "MERGE INTO db.t USING db.s ON t.id = s.id \
+                      WHEN MATCHED THEN UPDATE SET v = s.v WHEN NOT MATCHED THEN INSERT *";
+        let plan = lines(&session, &format!("EXPLAIN {upsert}")).await;
+        match engine {
+            EngineKind::Local => {
+                assert!(!plan.iter().any(|l| l.contains("Dictionary(")), "{plan:#?}");
+            }
+            EngineKind::Cluster => {
+                let encoded = |l: &&str| {
+                    l.contains("CAST(_file@") && l.contains("AS Dictionary(Int32, Utf8)) as _file")
+                };
+                let as_views = |l: &&str| l.contains("AS Utf8View) as _file");
+                let as_strings = |l: &&str| l.contains("AS Utf8) as _file");
+                let scan = stage_lines(&plan, "— scan target (row-id)");
+                let join = stage_lines(&plan, "— join / classify");
+                let writer = stage_lines(&plan, "— writer");
+                assert!(scan.iter().any(encoded), "{plan:#?}");
+                assert!(join.iter().any(as_views), "{plan:#?}");
+                assert!(!join.iter().any(as_strings), "{plan:#?}");
+                assert!(writer.iter().any(as_strings), "{plan:#?}");
+            }
+        }
+        // count, updated, deleted, inserted
+        assert_eq!(
+            &query(&session, upsert).await[0][..4],
+            &["101", "100", "0", "1"],
+            "{engine:?}"
+        );
+        assert_eq!(
+            query(
+                &session,
+                "SELECT count(*), count(*) FILTER (WHERE v = 'u') FROM db.t"
+            )
+            .await,
+            vec![vec!["101", "101"]],
+            "{engine:?}"
+        );
+        let err = session
+            .execute(
+                "MERGE INTO db.t USING (SELECT id, 'w' AS v FROM db.s UNION ALL SELECT 77, 'w') s \
+                 ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = s.v",
+            )
+            .await
+            .unwrap_err()
+            .to_string();
+        let file = err
+            .split("in data file ")
+            .nth(1)
+            .and_then(|rest| rest.split(" matched more than one source row").next())
+            .unwrap_or_else(|| panic!("{engine:?}: {err}"));
+        assert!(
+            std::path::Path::new(file.trim_start_matches("file://")).is_file(),
+            "{engine:?}: the duplicate match names {file}, not a data file: {err}"
+        );
+        assert_eq!(
+            query(&session, "SELECT count(*) FILTER (WHERE v = 'w') FROM db.t").await,
+            vec![vec!["0"]],
+            "{engine:?}"
         );
     }
 }

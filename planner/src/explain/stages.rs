@@ -136,6 +136,15 @@ fn is_boundary(node: &Arc<dyn ExecutionPlan>) -> bool {
     any.is::<CoalescePartitionsExec>() || any.is::<SortPreservingMergeExec>()
 }
 
+/// Whether `node` is an exchange, or projects one (a cluster's exchange
+/// casts the data file paths it carried back, `paths_across_exchanges` in
+/// the scheduler): such a join input is read from the exchange in the
+/// join's own tasks.
+fn is_exchanged(node: &Arc<dyn ExecutionPlan>) -> bool {
+    is_boundary(node)
+        || (node.as_any().is::<ProjectionExec>() && node.children().into_iter().all(is_exchanged))
+}
+
 fn is_join(node: &Arc<dyn ExecutionPlan>) -> bool {
     let any = node.as_any();
     any.is::<HashJoinExec>()
@@ -317,7 +326,7 @@ impl Cutter {
         let join = is_join(node);
         let mut rebuilt = Vec::with_capacity(children.len());
         for child in &children {
-            if join && !is_boundary(child) {
+            if join && !is_exchanged(child) {
                 // A join input that is not exchanged (a hash table built in
                 // process, or a stream probing it) is still its own stage;
                 // its output is pipelined into the join's task.

@@ -30,6 +30,8 @@
 //!   the statement on a duplicate match; on a cluster, an insert-only
 //!   merge into an unpartitioned table writes in the join's tasks, with no
 //!   exchange (`writes_where_joined`);
+//! - on a cluster, data file paths cross every exchange dictionary-encoded
+//!   (`paths_across_exchanges`);
 //! - E: commit — here, after the job: `append` when the merge only inserted,
 //!   otherwise an `overwrite` snapshot (copy-on-write) or a row delta
 //!   (merge-on-read); the pointer swap is a compare-and-swap (`outcome`,
@@ -45,6 +47,7 @@ mod insert_routes;
 mod join_strategy;
 mod metadata_delete;
 mod outcome;
+mod paths_across_exchanges;
 mod source_bounds;
 
 use std::sync::Arc;
@@ -269,6 +272,7 @@ pub async fn plan_merge(
     let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
     let exchange = (!written_where_joined).then_some(writers);
     let writer = writer_stage(
+        engine,
         mode,
         classified,
         exchange,
@@ -281,6 +285,12 @@ pub async fn plan_merge(
             write_id: &write_id,
         },
     )?;
+    let writer = match engine {
+        JoinEngine::Cluster => {
+            paths_across_exchanges::paths_as_dictionaries_across_exchanges(writer)?
+        }
+        JoinEngine::Local { .. } => writer,
+    };
     Ok(PlannedMerge {
         bound,
         base,
@@ -354,6 +364,7 @@ struct WriterTable<'a> {
 /// so it rewrites each file as soon as its changes are complete and holds
 /// one file's changes at a time.
 fn writer_stage(
+    engine: JoinEngine,
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
     exchange: Option<usize>,
@@ -361,7 +372,13 @@ fn writer_stage(
     targets: TargetFiles,
     table: WriterTable<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let classified = if mode == WriteMode::CopyOnWrite && changes_rows {
+    // The writer's sort takes plain strings: cast where the rows are joined
+    // on the local engine; on a cluster once they have crossed the
+    // exchange, which carries each batch's paths once
+    // (`paths_across_exchanges`).
+    let sorted_by_file = mode == WriteMode::CopyOnWrite && changes_rows;
+    let cast_after_exchange = sorted_by_file && engine == JoinEngine::Cluster && exchange.is_some();
+    let classified = if sorted_by_file && !cast_after_exchange {
         file_paths_as_strings(classified)?
     } else {
         classified
@@ -378,6 +395,11 @@ fn writer_stage(
             )?))?
         }
         None => without_route(classified)?,
+    };
+    let exchange = if cast_after_exchange {
+        file_paths_as_strings(exchange)?
+    } else {
+        exchange
     };
     let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
     let write_id = table.write_id.to_string();
@@ -413,11 +435,14 @@ fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan
 }
 
 /// `input` with `_file` as plain strings (Utf8) instead of the row-id
-/// scan's views of one path buffer per file, before the exchange to the
-/// copy-on-write writer: its sort by `_file` spills and merges plain
-/// strings within its budget, where views taken from many batches are
-/// counted once per batch that shares their buffers. The route made from
-/// `_file` stays a view: it is hashed by the exchange, then dropped.
+/// scan's views of one path buffer per file, for the copy-on-write
+/// writer's sort by `_file`: it spills and merges plain strings within its
+/// budget, where views taken from many batches are counted once per batch
+/// that shares their buffers (sorted dictionary-encoded, `_file` made the
+/// local engine's 10M-row full rewrite slower and 1.3 GiB larger at peak).
+/// Cast before the exchange on the local engine, after it on a cluster.
+/// The route made from `_file` stays as it is: it is hashed by the
+/// exchange, then dropped.
 fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     projected(input, |field, column| {
         Some(

@@ -31,7 +31,9 @@ use crate::checked_sum::{CheckedSum, CHECKED_SUM_MARK};
 use crate::file_io::{secrets_of, without_secrets};
 use crate::insert_route::{InsertRoute, INSERT_ROUTE_MARK};
 use crate::merge_on_read::MergeOnReadWriterExec;
-use crate::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
+use crate::merge_writer::{
+    CopyOnWriteWriterExec, FileOrdinals, SortChangesByFileExec, TargetFiles,
+};
 use crate::scan_exec::IcebergScanExec;
 use crate::stage_probe::StageProbeExec;
 use crate::write_exec::IcebergWriteExec;
@@ -226,9 +228,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
                 let input = only_input(inputs, "stage probe")?;
                 Ok(Arc::new(StageProbeExec::new(probe.stage as usize, input)))
             }
-            Some(Node::SortChangesByFile(SortChangesByFileNode {})) => {
+            Some(Node::SortChangesByFile(SortChangesByFileNode { files })) => {
                 let input = only_input(inputs, "sort of changes")?;
-                Ok(Arc::new(SortChangesByFileExec::try_new(input)?))
+                let files = Arc::new(FileOrdinals::new(files)?);
+                Ok(Arc::new(SortChangesByFileExec::try_new(input, files)?))
             }
             Some(Node::BatchSlices(BatchSlicesNode {})) => {
                 let input = only_input(inputs, "batch slices")?;
@@ -298,8 +301,10 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
             Node::StageProbe(StageProbeNode {
                 stage: probe.stage as u64,
             })
-        } else if node.as_any().is::<SortChangesByFileExec>() {
-            Node::SortChangesByFile(SortChangesByFileNode {})
+        } else if let Some(sort) = node.as_any().downcast_ref::<SortChangesByFileExec>() {
+            Node::SortChangesByFile(SortChangesByFileNode {
+                files: sort.files().map(str::to_string).collect(),
+            })
         } else if node.as_any().is::<BatchSlicesExec>() {
             Node::BatchSlices(BatchSlicesNode {})
         } else {

@@ -32,7 +32,7 @@ pub mod physical_node {
         #[prost(message, tag = "5")]
         StageProbe(super::StageProbeNode),
         /// `SortChangesByFileExec`: the copy-on-write writer's input order
-        /// (no field: its input is its one child).
+        /// (its input is its one child).
         #[prost(message, tag = "6")]
         SortChangesByFile(super::SortChangesByFileNode),
         /// `BatchSlicesExec`: a join's oversized batches cut to the batch
@@ -124,7 +124,12 @@ pub struct StageProbeNode {
 /// `SortChangesByFileExec`: a MERGE's changes sorted by data file, its
 /// inserts passed through.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct SortChangesByFileNode {}
+pub struct SortChangesByFileNode {
+    /// The data files the changes can name (those the target scan reads),
+    /// in path order: the sort's key is a file's place in this list.
+    #[prost(string, repeated, tag = "1")]
+    pub files: Vec<String>,
+}
 
 /// `BatchSlicesExec`: batches above the batch size cut to it.
 #[derive(Clone, PartialEq, prost::Message)]

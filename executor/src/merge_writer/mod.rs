@@ -21,6 +21,8 @@
 //! - `changes_by_file.rs`: `SortChangesByFileExec`, the writer's input
 //!   order: changes sorted by data file (spilling), inserts passed through
 //!   ahead of them unsorted;
+//! - `file_ordinals.rs`: the sort's key, each data file's place in path
+//!   order;
 //! - `sink.rs`: one partition's writer (accept merge rows, duplicate-match
 //!   check, finish → fragment, abort);
 //! - `rewrite.rs`: reading one touched file and streaming it through its
@@ -33,6 +35,7 @@
 mod apply;
 mod changes_by_file;
 mod exec;
+mod file_ordinals;
 pub(crate) mod merge_rows;
 pub(crate) mod metrics;
 mod rewrite;
@@ -45,6 +48,7 @@ use iceberg::scan::FileScanTaskDeleteFile;
 
 pub use changes_by_file::SortChangesByFileExec;
 pub use exec::CopyOnWriteWriterExec;
+pub use file_ordinals::FileOrdinals;
 
 /// What the writer knows of the data files the target scan reads.
 #[derive(Debug, Clone, Default)]

@@ -266,6 +266,8 @@ pub(crate) fn with_target_provider(
 pub(super) struct ScannedTargets {
     /// The record count and delete files of every data file it reads.
     pub files: TargetFiles,
+    /// The path of every data file it reads.
+    pub paths: Vec<String>,
     /// How many data files it pruned.
     pub pruned: u64,
     /// The predicate that pruned them (None: nothing pruned by predicate).
@@ -277,6 +279,7 @@ pub(super) struct ScannedTargets {
 pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
     let mut rows = HashMap::new();
     let mut deletes = HashMap::new();
+    let mut paths = vec![];
     let mut pruned = 0;
     let mut pruned_by = None;
     let mut scans = 0;
@@ -287,6 +290,7 @@ pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
                 pruned += scan.files_pruned;
                 pruned_by = scan.pruned_by.clone();
                 for task in scan.groups.iter().flatten() {
+                    paths.push(task.data_file_path.clone());
                     if let Some(n) = task.record_count {
                         rows.insert(task.data_file_path.clone(), n);
                     }
@@ -307,6 +311,7 @@ pub(super) fn target_files(plan: &Arc<dyn ExecutionPlan>) -> ScannedTargets {
             rows: Arc::new(rows),
             deletes: Arc::new(deletes),
         },
+        paths,
         pruned,
         pruned_by,
     }

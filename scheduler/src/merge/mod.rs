@@ -52,11 +52,11 @@ mod source_bounds;
 
 use std::sync::Arc;
 
-use arrow::datatypes::{DataType, Field};
+use arrow::datatypes::Field;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_expr::expressions::{CastExpr, Column};
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -65,13 +65,15 @@ use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
-use icemerge_executor::merge_writer::{CopyOnWriteWriterExec, SortChangesByFileExec, TargetFiles};
+use icemerge_executor::merge_writer::{
+    CopyOnWriteWriterExec, FileOrdinals, SortChangesByFileExec, TargetFiles,
+};
 use icemerge_planner::merge::{
     bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement, TargetPrefilter,
 };
 use icemerge_planner::source_keys::source_key_probe;
 use icemerge_planner::write_mode::{mode_of, WriteMode};
-use icemerge_proto::merge_rows::{FILE_COLUMN, ROUTE_COLUMN};
+use icemerge_proto::merge_rows::ROUTE_COLUMN;
 
 use crate::catalog::IcebergTableProvider;
 use crate::commit::{
@@ -257,6 +259,7 @@ pub async fn plan_merge(
         planned?;
     let ScannedTargets {
         files: targets,
+        paths: target_paths,
         pruned: files_pruned,
         pruned_by,
     } = target_files(&classified);
@@ -272,12 +275,12 @@ pub async fn plan_merge(
     let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
     let exchange = (!written_where_joined).then_some(writers);
     let writer = writer_stage(
-        engine,
         mode,
         classified,
         exchange,
         !bound.insert_only,
         targets,
+        target_paths,
         WriterTable {
             name: &table_name,
             base: &base,
@@ -360,29 +363,20 @@ struct WriterTable<'a> {
 /// each task of the join writes the rows it classifies (an insert-only
 /// merge on a cluster, see `plan_merge`). A copy-on-write writer of a merge that
 /// changes target rows gets its changes sorted by data file (a sort that
-/// spills under the memory budget; inserted rows skip it and come first),
-/// so it rewrites each file as soon as its changes are complete and holds
-/// one file's changes at a time.
+/// spills under the memory budget, keyed by each file's place among the
+/// `target_paths` the target scan reads; inserted rows skip it and come
+/// first), so it rewrites each
+/// file as soon as its changes are complete and holds one file's changes
+/// at a time.
 fn writer_stage(
-    engine: JoinEngine,
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
     exchange: Option<usize>,
     changes_rows: bool,
     targets: TargetFiles,
+    target_paths: Vec<String>,
     table: WriterTable<'_>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    // The writer's sort takes plain strings: cast where the rows are joined
-    // on the local engine; on a cluster once they have crossed the
-    // exchange, which carries each batch's paths once
-    // (`paths_across_exchanges`).
-    let sorted_by_file = mode == WriteMode::CopyOnWrite && changes_rows;
-    let cast_after_exchange = sorted_by_file && engine == JoinEngine::Cluster && exchange.is_some();
-    let classified = if sorted_by_file && !cast_after_exchange {
-        file_paths_as_strings(classified)?
-    } else {
-        classified
-    };
     let exchange = match exchange {
         Some(writers) => {
             let route = classified.schema().index_of(ROUTE_COLUMN)?;
@@ -396,17 +390,13 @@ fn writer_stage(
         }
         None => without_route(classified)?,
     };
-    let exchange = if cast_after_exchange {
-        file_paths_as_strings(exchange)?
-    } else {
-        exchange
-    };
     let (name, metadata) = (table.name.to_string(), table.base.metadata_ref());
     let write_id = table.write_id.to_string();
     Ok(match mode {
         WriteMode::CopyOnWrite => {
             let input: Arc<dyn ExecutionPlan> = if changes_rows {
-                Arc::new(SortChangesByFileExec::try_new(exchange)?)
+                let files = FileOrdinals::new(target_paths)?;
+                Arc::new(SortChangesByFileExec::try_new(exchange, Arc::new(files))?)
             } else {
                 exchange
             };
@@ -431,27 +421,6 @@ fn writer_stage(
 fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     projected(routed, |field, column| {
         (field.name() != ROUTE_COLUMN).then_some(column)
-    })
-}
-
-/// `input` with `_file` as plain strings (Utf8) instead of the row-id
-/// scan's views of one path buffer per file, for the copy-on-write
-/// writer's sort by `_file`: it spills and merges plain strings within its
-/// budget, where views taken from many batches are counted once per batch
-/// that shares their buffers (sorted dictionary-encoded, `_file` made the
-/// local engine's 10M-row full rewrite slower and 1.3 GiB larger at peak).
-/// Cast before the exchange on the local engine, after it on a cluster.
-/// The route made from `_file` stays as it is: it is hashed by the
-/// exchange, then dropped.
-fn file_paths_as_strings(input: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
-    projected(input, |field, column| {
-        Some(
-            if field.name() == FILE_COLUMN && field.data_type() == &DataType::Utf8View {
-                Arc::new(CastExpr::new(column, DataType::Utf8, None))
-            } else {
-                column
-            },
-        )
     })
 }
 

@@ -9,11 +9,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, DictionaryArray, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, DictionaryArray, StringArray, UInt32Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, UInt32Type};
 use datafusion::error::Result;
 use icemerge_proto::error::internal;
+
+use super::merge_rows::file_views;
 
 /// The data files a writer's changes can name, each with its place in
 /// path order.
@@ -46,11 +48,8 @@ impl FileOrdinals {
 
     /// The ordinal of each path of `files` (no NULL): a path must be one of
     /// the files.
-    pub fn ordinals_of(&self, files: &dyn Array) -> Result<UInt32Array> {
-        let views = match files.data_type() {
-            DataType::Utf8View => files.as_string_view().clone(),
-            _ => cast(files, &DataType::Utf8View)?.as_string_view().clone(),
-        };
+    pub fn ordinals_of(&self, files: &ArrayRef) -> Result<UInt32Array> {
+        let views = file_views(files)?;
         // The rows of one file share its path's bytes: a path longer than a
         // view's inline 12 bytes is looked up once per place in the batch's
         // buffers (length, buffer, offset: the view without its prefix).
@@ -93,7 +92,7 @@ impl FileOrdinals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{StringViewArray, StringViewBuilder};
+    use arrow::array::{AsArray, StringViewArray, StringViewBuilder};
 
     fn ordinals() -> FileOrdinals {
         let long = |n: &str| {
@@ -120,7 +119,7 @@ mod tests {
         builder.try_append_view(block, 0, a).unwrap();
         builder.append_value(paths[1]);
         builder.try_append_view(block, a, b).unwrap();
-        let input = builder.finish();
+        let input: ArrayRef = Arc::new(builder.finish());
         let got = files.ordinals_of(&input).unwrap();
         assert_eq!(got.values().to_vec(), vec![0, 2, 1, 0, 1, 1]);
 
@@ -138,15 +137,15 @@ mod tests {
     #[test]
     fn a_path_outside_the_files_or_a_null_is_an_error() {
         let files = ordinals();
-        let unknown = StringViewArray::from(vec![
+        let unknown: ArrayRef = Arc::new(StringViewArray::from(vec![
             "file:///warehouse/db/t/data/other-file-not-read.parquet",
-        ]);
+        ]));
         let err = files.ordinals_of(&unknown).unwrap_err().to_string();
         assert!(
             err.contains("other-file-not-read.parquet") && err.contains("does not read"),
             "{err}"
         );
-        let null = StringViewArray::from(vec![None::<&str>]);
+        let null: ArrayRef = Arc::new(StringViewArray::from(vec![None::<&str>]));
         assert!(files.ordinals_of(&null).is_err());
     }
 }

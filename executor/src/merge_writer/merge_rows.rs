@@ -17,7 +17,7 @@ use icemerge_proto::error::{internal, invalid_input};
 
 /// The `_file` column as string views (the row-id scan makes views; a
 /// plan may have turned them into another string type on the way).
-fn file_views(column: &arrow::array::ArrayRef) -> Result<StringViewArray> {
+pub(crate) fn file_views(column: &arrow::array::ArrayRef) -> Result<StringViewArray> {
     if column.data_type() == &DataType::Utf8View {
         return Ok(column.as_string_view().clone());
     }

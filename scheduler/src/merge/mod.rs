@@ -365,9 +365,8 @@ struct WriterTable<'a> {
 /// changes target rows gets its changes sorted by data file (a sort that
 /// spills under the memory budget, keyed by each file's place among the
 /// `target_paths` the target scan reads; inserted rows skip it and come
-/// first), so it rewrites each
-/// file as soon as its changes are complete and holds one file's changes
-/// at a time.
+/// first), so it rewrites each file as soon as its changes are complete
+/// and holds one file's changes at a time.
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,
@@ -416,8 +415,8 @@ fn writer_stage(
 }
 
 /// The routed merge rows without their route: the copy-on-write writer's
-/// sort by data file would otherwise hold, spill and merge a second copy
-/// of each row's path.
+/// sort by data file would otherwise hold, spill and merge each changed
+/// row's path as its route.
 fn without_route(routed: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     projected(routed, |field, column| {
         (field.name() != ROUTE_COLUMN).then_some(column)

@@ -131,6 +131,17 @@ impl BoundMerge {
             .any(|c| c.clause_kind == MergeClauseKind::NotMatchedBySource)
     }
 
+    /// Whether the statement can insert rows: a MERGE with a NOT MATCHED
+    /// clause.
+    pub fn inserts(&self) -> bool {
+        self.merge.clauses.iter().any(|c| {
+            matches!(
+                c.clause_kind,
+                MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
+            )
+        })
+    }
+
     /// The MERGE as it runs when no target row can match (the target scan
     /// reads no file, every one pruned by the source's keys): its NOT
     /// MATCHED clauses alone, an insert-only merge. None for a MERGE that

@@ -191,7 +191,8 @@ async fn a_cluster_filters_the_target_by_source_keys_only_where_it_pays() {
 /// source) read there too, as on the local engine: no exchange before the
 /// writer's, no target filter, the stages of the local plan. The build
 /// side's unmatched rows (the inserts) come out once, and so do the target
-/// rows no source row matches, under NOT MATCHED BY SOURCE.
+/// rows no source row matches, under NOT MATCHED BY SOURCE. The writers
+/// are as many as the rows have routes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_joins_in_the_one_task_of_a_one_task_probe_side() {
     let dir = tempfile::tempdir().unwrap();
@@ -220,6 +221,17 @@ async fn a_cluster_joins_in_the_one_task_of_a_one_task_probe_side() {
         );
         assert!(!text.contains("mode=Partitioned"), "{text}");
         assert!(!text.contains("filter target by source keys"), "{text}");
+        // The upsert runs two writers of the cluster's four: the one data
+        // file and the one route of its two-row source's inserts are all
+        // the routes there are. (The source's size is not probed under NOT
+        // MATCHED BY SOURCE: its inserts spread over every writer.)
+        let writers = if merge == upsert { "x2" } else { "x4" };
+        assert!(
+            text.contains(&format!(
+                "StageInput: stage 3 (hash(__icemerge_route@4) {writers})"
+            )),
+            "{text}"
+        );
         let plan: ExplainDocument = serde_json::from_str(
             &document(&session, &format!("EXPLAIN (FORMAT JSON) {merge}")).await,
         )

@@ -25,6 +25,7 @@
 //!   source's ON columns collected into each (`join_strategy`); and the
 //!   classification projection (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
+//!   over no more writers than the rows have routes (`writers_used`),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
 //!   the table's `write.merge.mode` is `merge-on-read`; either also fails
 //!   the statement on a duplicate match; on a cluster, an insert-only
@@ -251,11 +252,12 @@ pub async fn plan_merge(
             deterministic_source,
             delete_predicate,
             written_where_joined,
+            routes,
         ))
     }
     .await;
     ctx.deregister_table(relation.as_str())?;
-    let (bound, classified, deterministic_source, delete_predicate, written_where_joined) =
+    let (bound, classified, deterministic_source, delete_predicate, written_where_joined, routes) =
         planned?;
     let ScannedTargets {
         files: targets,
@@ -273,7 +275,10 @@ pub async fn plan_merge(
     };
 
     let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
-    let exchange = (!written_where_joined).then_some(writers);
+    let exchange = (!written_where_joined).then(|| {
+        let inserts = if bound.inserts() { routes } else { 0.0 };
+        writers_used(writers, &target_paths, inserts)
+    });
     let writer = writer_stage(
         mode,
         classified,
@@ -346,6 +351,18 @@ async fn reads_no_file(provider: &IcebergTableProvider, predicate: &Predicate) -
         .plan_scan(None, &[], None, 1)
         .await?;
     Ok(scan.groups.iter().all(|group| group.is_empty()))
+}
+
+/// How many of `writers` the writer exchange spreads a merge's rows over:
+/// no more than the routes its rows can take, one per data file the target
+/// scan reads (`target_paths`) and the `insert_routes` of its inserted rows
+/// (0 for a statement that inserts none), and at least one. A writer no
+/// route reaches would run as an empty task: a one-row merge into a
+/// one-file table ran four writer tasks on a cluster, three of them empty.
+fn writers_used(writers: usize, target_paths: &[String], insert_routes: f64) -> usize {
+    let files: std::collections::HashSet<&String> = target_paths.iter().collect();
+    let routes = (files.len() as f64 + insert_routes.max(0.0)).min(usize::MAX as f64) as usize;
+    writers.min(routes).max(1)
 }
 
 /// The table a merge's writer stage writes into.
@@ -441,4 +458,24 @@ fn projected(
         })
         .collect();
     Ok(Arc::new(ProjectionExec::try_new(exprs, input)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::writers_used;
+
+    #[test]
+    fn writers_used_are_no_more_than_the_routes_of_the_rows() {
+        let paths = |names: &[&str]| names.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // A one-file target and one insert route: two of four writers.
+        assert_eq!(writers_used(4, &paths(&["a"]), 1.0), 2);
+        // A file read in two tasks is one route; no inserts.
+        assert_eq!(writers_used(4, &paths(&["a", "a"]), 0.0), 1);
+        // Nothing to write still has one writer.
+        assert_eq!(writers_used(4, &paths(&[]), 0.0), 1);
+        // More routes than writers: every writer.
+        assert_eq!(writers_used(4, &paths(&["a", "b", "c", "d", "e"]), 0.0), 4);
+        assert_eq!(writers_used(4, &paths(&[]), 1e12), 4);
+        assert_eq!(writers_used(2, &paths(&["a"]), 3.0), 2);
+    }
 }

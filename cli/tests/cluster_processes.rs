@@ -925,9 +925,16 @@ fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
         scan["files_read"], doc["merge"]["files_scanned"],
         "{context}"
     );
-    assert_eq!(stage("join")["rows_out"], 1, "{context}");
+    // The one file left after pruning is read in one task, which joins
+    // and writes the one merge row (its one route): no join stage apart.
+    assert!(stages.iter().all(|s| s["kind"] != "join"), "{context}");
     let writer = stage("merge_writer");
-    assert_eq!(writer["rows_in"], 1, "{context}");
+    let source_rows = 1;
+    assert_eq!(
+        writer["rows_in"].as_u64(),
+        scan["rows_out"].as_u64().map(|rows| rows + source_rows),
+        "{context}"
+    );
     assert_eq!(
         writer["files_read"], doc["merge"]["files_rewritten"],
         "{context}"

@@ -186,10 +186,15 @@ fn kind_and_role(nodes: &[Arc<dyn ExecutionPlan>], inputs: &[usize]) -> (StageKi
     let writes = has(|n| n.as_any().is::<CopyOnWriteWriterExec>())
         || has(|n| n.as_any().is::<MergeOnReadWriterExec>());
     if writes && has(is_join) {
-        // An insert-only merge on a cluster: no exchange to writers.
+        // No exchange to writers: an insert-only merge on a cluster, or a
+        // join in one task whose rows have one route.
         (
             StageKind::MergeWriter,
-            "join / classify / writer: rows written where they are joined",
+            if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
+                "join / classify / writer: copy-on-write per data file, duplicate-match check, rows written where they are joined"
+            } else {
+                "join / classify / writer: merge-on-read, position deletes per data file, duplicate-match check, rows written where they are joined"
+            },
         )
     } else if has(|n| n.as_any().is::<CopyOnWriteWriterExec>()) {
         (

@@ -25,7 +25,9 @@
 //!   source's ON columns collected into each (`join_strategy`); and the
 //!   classification projection (`icemerge_planner::merge::classify_sql`);
 //! - D: writer — merge rows hash-partitioned by data file (inserts spread),
-//!   over no more writers than the rows have routes (`writers_used`),
+//!   over no more writers than the rows have routes (`writers_used`;
+//!   none when the join runs in one task and its inserts have one route,
+//!   `written_in_its_one_task`),
 //!   per partition `CopyOnWriteWriterExec`, or `MergeOnReadWriterExec` when
 //!   the table's `write.merge.mode` is `merge-on-read`; either also fails
 //!   the statement on a duplicate match; on a cluster, an insert-only
@@ -62,7 +64,7 @@ use datafusion::physical_expr::projection::ProjectionExpr;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
-use datafusion::physical_plan::{ExecutionPlan, Partitioning};
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 use iceberg::expr::Predicate;
 use iceberg::table::Table;
 use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
@@ -275,10 +277,10 @@ pub async fn plan_merge(
     };
 
     let write_id = format!("{}-{}", bound.kind.keyword(), uuid::Uuid::new_v4().simple());
-    let exchange = (!written_where_joined).then(|| {
-        let inserts = if bound.inserts() { routes } else { 0.0 };
-        writers_used(writers, &target_paths, inserts)
-    });
+    let inserts = if bound.inserts() { routes } else { 0.0 };
+    let exchange = (!written_where_joined
+        && !written_in_its_one_task(&bound, &classified, inserts))
+    .then(|| writers_used(writers, &target_paths, inserts));
     let writer = writer_stage(
         mode,
         classified,
@@ -363,6 +365,23 @@ fn writers_used(writers: usize, target_paths: &[String], insert_routes: f64) -> 
     let files: std::collections::HashSet<&String> = target_paths.iter().collect();
     let routes = (files.len() as f64 + insert_routes.max(0.0)).min(usize::MAX as f64) as usize;
     writers.min(routes).max(1)
+}
+
+/// Whether a MERGE's join writes the rows it classifies itself, with no
+/// exchange to writers: when it runs in one task (a one-file target, or a
+/// cluster's join in the one task of its probe side), every row of every
+/// data file is in that task already, and its inserts, with at most one
+/// route, would go to one writer anyway. A one-row merge then runs one
+/// stage before its commit, where it ran two. UPDATE and DELETE keep their
+/// writers' stage.
+fn written_in_its_one_task(
+    bound: &BoundMerge,
+    classified: &Arc<dyn ExecutionPlan>,
+    insert_routes: f64,
+) -> bool {
+    bound.kind == RowLevelKind::Merge
+        && classified.output_partitioning().partition_count() == 1
+        && insert_routes <= 1.0
 }
 
 /// The table a merge's writer stage writes into.

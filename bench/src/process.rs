@@ -97,8 +97,17 @@ pub fn run(mut cmd: Command, timeout: Duration) -> Result<Finished> {
 /// This process's peak RSS since the last `reset_peak_rss`, in bytes
 /// (`VmHWM`), if readable.
 pub fn own_peak_rss() -> Option<u64> {
+    own_status_bytes("VmHWM")
+}
+
+/// A size line of this process's `/proc/self/status` (`field`, in KiB
+/// there), in bytes.
+fn own_status_bytes(field: &str) -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| {
+        l.strip_prefix(field)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
@@ -112,18 +121,6 @@ pub fn reset_peak_rss() -> bool {
 mod tests {
     use super::*;
 
-    /// Current RSS of this process in bytes (`VmRSS`).
-    fn own_rss() -> u64 {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap();
-        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-            * 1024
-    }
-
     #[test]
     fn a_child_peak_leaves_out_the_harness_peak() {
         // Raise this process's peak by 512 MiB, then give the memory back
@@ -134,7 +131,7 @@ mod tests {
             128 << 10
         );
         drop(big);
-        let now = own_rss();
+        let now = own_status_bytes("VmRSS").unwrap();
         let done = run(Command::new("true"), Duration::from_secs(60)).unwrap();
         assert!(done.success);
         assert!(

@@ -134,12 +134,10 @@ impl BoundMerge {
     /// Whether the statement can insert rows: a MERGE with a NOT MATCHED
     /// clause.
     pub fn inserts(&self) -> bool {
-        self.merge.clauses.iter().any(|c| {
-            matches!(
-                c.clause_kind,
-                MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
-            )
-        })
+        self.merge
+            .clauses
+            .iter()
+            .any(|c| inserts_rows(&c.clause_kind))
     }
 
     /// The MERGE as it runs when no target row can match (the target scan
@@ -152,14 +150,8 @@ impl BoundMerge {
         if self.kind != RowLevelKind::Merge || self.insert_only || self.needs_every_target_row() {
             return None;
         }
-        let inserts = |kind: &MergeClauseKind| {
-            matches!(
-                kind,
-                MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
-            )
-        };
         let mut merge = self.merge.clone();
-        merge.clauses.retain(|c| inserts(&c.clause_kind));
+        merge.clauses.retain(|c| inserts_rows(&c.clause_kind));
         if merge.clauses.is_empty() {
             return None;
         }
@@ -170,6 +162,14 @@ impl BoundMerge {
             ..self.clone()
         })
     }
+}
+
+/// Whether a clause of `kind` inserts rows (WHEN NOT MATCHED [BY TARGET]).
+fn inserts_rows(kind: &MergeClauseKind) -> bool {
+    matches!(
+        kind,
+        MergeClauseKind::NotMatched | MergeClauseKind::NotMatchedByTarget
+    )
 }
 
 /// One WHEN clause, as EXPLAIN shows it.

@@ -363,7 +363,8 @@ async fn reads_no_file(provider: &IcebergTableProvider, predicate: &Predicate) -
 /// one-file table ran four writer tasks on a cluster, three of them empty.
 fn writers_used(writers: usize, target_paths: &[String], insert_routes: f64) -> usize {
     let files: std::collections::HashSet<&String> = target_paths.iter().collect();
-    let routes = (files.len() as f64 + insert_routes.max(0.0)).min(usize::MAX as f64) as usize;
+    // A float cast saturates: `PER_ROW` routes are every writer.
+    let routes = (files.len() as f64 + insert_routes.max(0.0)) as usize;
     writers.min(routes).max(1)
 }
 

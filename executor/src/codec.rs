@@ -1,9 +1,10 @@
 //! The physical plan codec that ships icemerge operators between coordinator,
 //! scheduler and executors. Our nodes are wrapped in `icemerge_proto`
 //! messages behind a magic prefix; everything else is Ballista's (shuffle
-//! reader / writer) or DataFusion's, through Ballista's codec. Our one
-//! expression, checked arithmetic, travels as its operator behind its own
-//! prefix (its operands are the expression's children); our functions
+//! reader / writer) or DataFusion's, through Ballista's codec. Our
+//! expressions travel behind prefixes of their own, their children as the
+//! expression's children: checked arithmetic as its operator, the writer
+//! route as its writers and each data file's writer (JSON); our functions
 //! (checked `sum`, the insert route) travel as markers.
 
 use std::sync::Arc;
@@ -37,10 +38,19 @@ use crate::merge_writer::{
 use crate::scan_exec::IcebergScanExec;
 use crate::stage_probe::StageProbeExec;
 use crate::write_exec::IcebergWriteExec;
+use crate::writer_route::WriterRouteExpr;
 use icemerge_proto::error::internal;
 
 const MAGIC: &[u8] = b"ICEMERGE1";
 const CHECKED_ARITHMETIC: &[u8] = b"ICEMERGE1-CHECKED:";
+const WRITER_ROUTE: &[u8] = b"ICEMERGE1-WRITER-ROUTE:";
+
+/// A writer route in a shipped plan.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct WriterRouteNode {
+    writers: usize,
+    assigned: Vec<(String, usize)>,
+}
 
 /// Encodes icemerge operators; delegates all others to Ballista's codec.
 /// Storage secrets are left out of every node it encodes; the credentials
@@ -323,6 +333,18 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
         buf: &[u8],
         inputs: &[Arc<dyn PhysicalExpr>],
     ) -> Result<Arc<dyn PhysicalExpr>> {
+        if let Some(json) = buf.strip_prefix(WRITER_ROUTE) {
+            let node: WriterRouteNode = serde_json::from_slice(json)
+                .map_err(|e| internal(format!("bad writer route: {e}")))?;
+            let [route] = inputs else {
+                return Err(internal("the writer route takes one child"));
+            };
+            return Ok(Arc::new(WriterRouteExpr::new(
+                route.clone(),
+                node.assigned,
+                node.writers,
+            )?));
+        }
         let Some(op) = buf.strip_prefix(CHECKED_ARITHMETIC) else {
             return self.fallback.try_decode_expr(buf, inputs);
         };
@@ -338,6 +360,16 @@ impl PhysicalExtensionCodec for IcemergePhysicalCodec {
     }
 
     fn try_encode_expr(&self, node: &Arc<dyn PhysicalExpr>, buf: &mut Vec<u8>) -> Result<()> {
+        if let Some(route) = node.as_any().downcast_ref::<WriterRouteExpr>() {
+            buf.extend_from_slice(WRITER_ROUTE);
+            let node = WriterRouteNode {
+                writers: route.writers(),
+                assigned: route.assigned().to_vec(),
+            };
+            serde_json::to_writer(&mut *buf, &node)
+                .map_err(|e| internal(format!("encode writer route: {e}")))?;
+            return Ok(());
+        }
         let Some(checked) = node.as_any().downcast_ref::<CheckedArithmeticExpr>() else {
             return self.fallback.try_encode_expr(node, buf);
         };
@@ -441,5 +473,33 @@ mod tests {
             "executor-secret"
         );
         assert!(!scan.file_io_props.contains_key("s3.session-token"));
+    }
+
+    #[test]
+    fn a_writer_route_travels_with_each_file_writer() {
+        use datafusion::physical_expr::expressions::Column;
+        let route: Arc<dyn PhysicalExpr> = Arc::new(Column::new("__icemerge_route", 4));
+        let files = [
+            ("b".to_string(), 10),
+            ("a".to_string(), 30),
+            ("c".to_string(), 20),
+        ];
+        let expr: Arc<dyn PhysicalExpr> =
+            Arc::new(WriterRouteExpr::balanced(route.clone(), &files, 2).unwrap());
+        let codec = IcemergePhysicalCodec::default();
+        let mut buf = vec![];
+        codec.try_encode_expr(&expr, &mut buf).unwrap();
+        let decoded = codec.try_decode_expr(&buf, &[route]).unwrap();
+        let decoded = decoded.as_any().downcast_ref::<WriterRouteExpr>().unwrap();
+        assert_eq!(decoded.writers(), 2);
+        assert_eq!(
+            decoded.assigned(),
+            &[
+                ("a".to_string(), 0),
+                ("b".to_string(), 1),
+                ("c".to_string(), 1)
+            ]
+        );
+        assert!(expr.as_any().downcast_ref::<WriterRouteExpr>().unwrap() == decoded);
     }
 }

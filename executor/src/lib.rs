@@ -54,6 +54,7 @@ pub mod stage_probe;
 pub mod task_figures;
 pub mod write_exec;
 pub mod write_order;
+pub mod writer_route;
 
 use datafusion::error::DataFusionError;
 use iceberg::ErrorKind as IcebergKind;

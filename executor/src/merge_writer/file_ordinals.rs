@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, DictionaryArray, StringArray, UInt32Array};
+use arrow::array::{Array, ArrayRef, DictionaryArray, StringArray, StringViewArray, UInt32Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, UInt32Type};
 use datafusion::error::Result;
@@ -50,35 +50,14 @@ impl FileOrdinals {
     /// the files.
     pub fn ordinals_of(&self, files: &ArrayRef) -> Result<UInt32Array> {
         let views = file_views(files)?;
-        // The rows of one file share its path's bytes: a path longer than a
-        // view's inline 12 bytes is looked up once per place in the batch's
-        // buffers (length, buffer, offset: the view without its prefix).
-        let mut seen: HashMap<u128, u32, ahash::RandomState> = HashMap::default();
-        let mut ordinals = Vec::with_capacity(views.len());
-        for (i, view) in views.views().iter().enumerate() {
-            if views.is_null(i) {
-                return Err(internal("a change without a data file to sort by"));
-            }
-            let place = if (*view as u32) <= 12 {
-                *view
-            } else {
-                *view & !(u128::from(u32::MAX) << 32)
-            };
-            let ordinal = match seen.get(&place) {
-                Some(ordinal) => *ordinal,
-                None => {
-                    let path = views.value(i);
-                    let ordinal = *self.ordinals.get(path).ok_or_else(|| {
-                        internal(format!(
-                            "a change names data file {path}, which the target scan does not read"
-                        ))
-                    })?;
-                    seen.insert(place, ordinal);
-                    ordinal
-                }
-            };
-            ordinals.push(ordinal);
-        }
+        let ordinals = per_path(&views, |path| match path {
+            None => Err(internal("a change without a data file to sort by")),
+            Some(path) => self.ordinals.get(path).copied().ok_or_else(|| {
+                internal(format!(
+                    "a change names data file {path}, which the target scan does not read"
+                ))
+            }),
+        })?;
         Ok(UInt32Array::from(ordinals))
     }
 
@@ -87,6 +66,39 @@ impl FileOrdinals {
         let paths = DictionaryArray::<UInt32Type>::try_new(ordinals.clone(), self.paths.clone())?;
         Ok(cast(&paths, data_type)?)
     }
+}
+
+/// `value` of each row's path (None for NULL), looked up once per place:
+/// the rows of one file share its path's bytes, so a path longer than a
+/// view's inline 12 bytes is looked up once per place in the batch's
+/// buffers (length, buffer, offset: the view without its prefix).
+pub(crate) fn per_path<T: Copy>(
+    views: &StringViewArray,
+    mut value: impl FnMut(Option<&str>) -> Result<T>,
+) -> Result<Vec<T>> {
+    let mut seen: HashMap<u128, T, ahash::RandomState> = HashMap::default();
+    let mut values = Vec::with_capacity(views.len());
+    for (i, view) in views.views().iter().enumerate() {
+        if views.is_null(i) {
+            values.push(value(None)?);
+            continue;
+        }
+        let place = if (*view as u32) <= 12 {
+            *view
+        } else {
+            *view & !(u128::from(u32::MAX) << 32)
+        };
+        let v = match seen.get(&place) {
+            Some(v) => *v,
+            None => {
+                let v = value(Some(views.value(i)))?;
+                seen.insert(place, v);
+                v
+            }
+        };
+        values.push(v);
+    }
+    Ok(values)
 }
 
 #[cfg(test)]

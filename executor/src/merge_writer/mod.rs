@@ -48,7 +48,9 @@ use iceberg::scan::FileScanTaskDeleteFile;
 
 pub use changes_by_file::SortChangesByFileExec;
 pub use exec::CopyOnWriteWriterExec;
+pub(crate) use file_ordinals::per_path;
 pub use file_ordinals::FileOrdinals;
+pub(crate) use merge_rows::file_views;
 
 /// What the writer knows of the data files the target scan reads.
 #[derive(Debug, Clone, Default)]

@@ -71,6 +71,7 @@ use icemerge_executor::merge_on_read::MergeOnReadWriterExec;
 use icemerge_executor::merge_writer::{
     CopyOnWriteWriterExec, FileOrdinals, SortChangesByFileExec, TargetFiles,
 };
+use icemerge_executor::writer_route::WriterRouteExpr;
 use icemerge_planner::merge::{
     bind_merge, classify_sql, BoundMerge, RowLevelKind, RowLevelStatement, TargetPrefilter,
 };
@@ -394,8 +395,11 @@ struct WriterTable<'a> {
 }
 
 /// Stage D: the exchange to `exchange` writers that sends every merge row
-/// of one data file to one writer (inserts, which have no file, spread by
-/// the route column; the route is dropped once the rows are routed), and
+/// of one data file to one writer (the data files the target scan reads
+/// spread evenly by their record counts, `WriterRouteExpr`; inserts, which
+/// have no file, by their insert route, one writer per route; the route is
+/// dropped once
+/// the rows are routed), and
 /// the writer of the table's write mode on top; with no exchange (None),
 /// each task of the join writes the rows it classifies (an insert-only
 /// merge on a cluster, see `plan_merge`). A copy-on-write writer of a merge that
@@ -416,8 +420,27 @@ fn writer_stage(
     let exchange = match exchange {
         Some(writers) => {
             let route = classified.schema().index_of(ROUTE_COLUMN)?;
+            let files: Vec<(String, u64)> = target_paths
+                .iter()
+                .map(|path| (path.clone(), targets.rows.get(path).copied().unwrap_or(1)))
+                .collect();
+            // The route is computed below the exchange, which hashes a
+            // plain column (Ballista ships a shuffle's hash expressions
+            // with DataFusion's own codec).
+            let route: Arc<dyn PhysicalExpr> = Arc::new(WriterRouteExpr::balanced(
+                Arc::new(Column::new(ROUTE_COLUMN, route)),
+                &files,
+                writers,
+            )?);
+            let routed = projected(classified, |field, column| {
+                Some(match field.name() == ROUTE_COLUMN {
+                    true => route.clone(),
+                    false => column,
+                })
+            })?;
+            let route = routed.schema().index_of(ROUTE_COLUMN)?;
             without_route(Arc::new(RepartitionExec::try_new(
-                classified,
+                routed,
                 Partitioning::Hash(
                     vec![Arc::new(Column::new(ROUTE_COLUMN, route))],
                     writers.max(1),

@@ -1,7 +1,7 @@
 //! On a cluster, data file paths cross exchanges dictionary-encoded.
 //!
-//! A merge's rows carry the data file of their target row (`_file`, and
-//! the writer route made from it) as a string: in memory the row-id scan
+//! A merge's rows carry the data file of their target row (`_file`) as a
+//! string: in memory the row-id scan
 //! shares one buffer per file between a batch's rows, but a shuffle file
 //! stores each row's copy of the path (~100 bytes, where the row id's
 //! position takes 8), which the shuffle writer compacts, compresses, and
@@ -19,7 +19,7 @@ use datafusion::error::Result;
 use datafusion::physical_expr::expressions::CastExpr;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
-use icemerge_proto::merge_rows::{FILE_COLUMN, ROUTE_COLUMN};
+use icemerge_proto::merge_rows::FILE_COLUMN;
 
 use super::projected;
 
@@ -28,10 +28,10 @@ fn encoded() -> DataType {
     DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))
 }
 
-/// Whether `field` is a data file path (or a route made from one) stored
-/// as plain strings.
+/// Whether `field` is a data file path stored as plain strings. (The
+/// writer route crosses its exchange as a number, `WriterRouteExpr`.)
 fn is_path(field: &Field) -> bool {
-    (field.name() == FILE_COLUMN || field.name() == ROUTE_COLUMN)
+    field.name() == FILE_COLUMN
         && matches!(
             field.data_type(),
             DataType::Utf8 | DataType::Utf8View | DataType::LargeUtf8

@@ -398,16 +398,15 @@ struct WriterTable<'a> {
 /// of one data file to one writer (the data files the target scan reads
 /// spread evenly by their record counts, `WriterRouteExpr`; inserts, which
 /// have no file, by their insert route, one writer per route; the route is
-/// dropped once
-/// the rows are routed), and
-/// the writer of the table's write mode on top; with no exchange (None),
-/// each task of the join writes the rows it classifies (an insert-only
-/// merge on a cluster, see `plan_merge`). A copy-on-write writer of a merge that
-/// changes target rows gets its changes sorted by data file (a sort that
-/// spills under the memory budget, keyed by each file's place among the
-/// `target_paths` the target scan reads; inserted rows skip it and come
-/// first), so it rewrites each file as soon as its changes are complete
-/// and holds one file's changes at a time.
+/// dropped once the rows are routed), and the writer of the table's write
+/// mode on top; with no exchange (None), each task of the join writes the
+/// rows it classifies (an insert-only merge on a cluster, see
+/// `plan_merge`). A copy-on-write writer of a merge that changes target
+/// rows gets its changes sorted by data file (a sort that spills under the
+/// memory budget, keyed by each file's place among the `target_paths` the
+/// target scan reads; inserted rows skip it and come first), so it rewrites
+/// each file as soon as its changes are complete and holds one file's
+/// changes at a time.
 fn writer_stage(
     mode: WriteMode,
     classified: Arc<dyn ExecutionPlan>,

@@ -1,15 +1,14 @@
 //! On a cluster, data file paths cross exchanges dictionary-encoded.
 //!
 //! A merge's rows carry the data file of their target row (`_file`) as a
-//! string: in memory the row-id scan
-//! shares one buffer per file between a batch's rows, but a shuffle file
-//! stores each row's copy of the path (~100 bytes, where the row id's
-//! position takes 8), which the shuffle writer compacts, compresses, and
-//! the next stage decompresses. Cast to a dictionary before the exchange,
-//! a batch's paths are written once, each row a 4-byte key; after the
-//! exchange they are cast back to the type the plan had there, so every
-//! operator above sees what it saw before. The local engine's exchanges
-//! hand batches over in memory and are left alone.
+//! string: in memory the row-id scan shares one buffer per file between a
+//! batch's rows, but a shuffle file stores each row's copy of the path
+//! (~100 bytes, where the row id's position takes 8), which the shuffle
+//! writer compacts, compresses, and the next stage decompresses. Cast to a
+//! dictionary before the exchange, a batch's paths are written once, each
+//! row a 4-byte key; after the exchange they are cast back to the type the
+//! plan had there, so every operator above sees what it saw before. The
+//! local engine's exchanges hand batches over in memory and are left alone.
 
 use std::sync::Arc;
 

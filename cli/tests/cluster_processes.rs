@@ -890,20 +890,11 @@ fn progress_of_a_running_merge_per_stage() {
     assert!(progress_report(cluster.flight_sql)["job"].is_null());
 }
 
-/// EXPLAIN ANALYZE (FORMAT JSON) through the CLI on executor processes: the
-/// CLI prints the document as it is, and its per-stage figures are those
-/// the executors reported (rows, shuffle files, data files, executor ids).
-fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
-    let out = cluster.cli(
-        None,
-        &[
-            "--format",
-            "json",
-            "-c",
-            "EXPLAIN ANALYZE (FORMAT JSON) MERGE INTO db.t USING (SELECT 7 AS id) AS s
-             ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 3",
-        ],
-    );
+/// The document `EXPLAIN ANALYZE (FORMAT JSON) <merge>` prints through the
+/// CLI, and the same pretty-printed for assertion messages.
+fn explain_analyze_json(cluster: &Cluster, merge: &str) -> (serde_json::Value, String) {
+    let sql = format!("EXPLAIN ANALYZE (FORMAT JSON) {merge}");
+    let out = cluster.cli(None, &["--format", "json", "-c", &sql]);
     assert!(
         out.status.success(),
         "{}",
@@ -911,6 +902,18 @@ fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
     );
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let context = serde_json::to_string_pretty(&doc).unwrap();
+    (doc, context)
+}
+
+/// EXPLAIN ANALYZE (FORMAT JSON) through the CLI on executor processes: the
+/// CLI prints the document as it is, and its per-stage figures are those
+/// the executors reported (rows, shuffle files, data files, executor ids).
+fn explain_analyze_reports_the_executor_processes_figures(cluster: &Cluster) {
+    let (doc, context) = explain_analyze_json(
+        cluster,
+        "MERGE INTO db.t USING (SELECT 7 AS id) AS s
+         ON t.id = s.id WHEN MATCHED THEN UPDATE SET v = 3",
+    );
     assert_eq!(doc["engine"], "cluster", "{context}");
     assert_eq!(doc["merge"]["rows_updated"], 1, "{context}");
     let stages = doc["stages"].as_array().unwrap();
@@ -1029,4 +1032,54 @@ fn the_live_page_lists_what_the_cli_sent() {
     assert_eq!(stages[3]["rows_in"], 5, "{view}");
     let svg = view["svg"].as_str().unwrap();
     assert_eq!(svg.matches("<g class=\"stage\"").count(), 5, "{svg}");
+}
+
+/// An executor process runs each task in its slot's share of
+/// `--memory-limit`: a copy-on-write merge updating half of a table far
+/// larger than that share completes on it, its writer's sort spilling,
+/// and the rows are exact.
+#[test]
+fn an_executor_process_spills_beyond_its_memory_limit_and_completes() {
+    let cluster = Cluster::start_with_setup(
+        1,
+        None,
+        ProcessSetup::default(),
+        // Two task slots of 24 MiB each, 10 MiB of which each sort keeps
+        // back for merging its spills.
+        ProcessSetup::args(&["--memory-limit", "48MiB"]),
+    );
+    let mut script =
+        String::from("CREATE SCHEMA db; CREATE TABLE db.t (id BIGINT, v BIGINT, s VARCHAR);");
+    // Four files of 100k rows of ~260 bytes (~100 MB): each of the (at
+    // most four) writers sorts ~14 MB of updated rows.
+    for f in 0..4 {
+        script.push_str(&format!(
+            "INSERT INTO db.t SELECT value, 0, repeat('x', 250) || value \
+             FROM generate_series({}, {});",
+            f * 100_000 + 1,
+            (f + 1) * 100_000
+        ));
+    }
+    cluster.sql(None, &script);
+    let (doc, context) = explain_analyze_json(
+        &cluster,
+        "MERGE INTO db.t t \
+         USING (SELECT id, 1 AS v FROM db.t WHERE id % 2 = 0) s ON t.id = s.id \
+         WHEN MATCHED THEN UPDATE SET v = s.v",
+    );
+    assert_eq!(doc["merge"]["rows_updated"], 200_000, "{context}");
+    let spilled: u64 = doc["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["kind"] == "merge_writer")
+        .filter_map(|s| s["figures"]["spill_count"].as_u64())
+        .sum();
+    assert!(spilled > 0, "the writer did not spill: {context}");
+    let rows = cluster.sql(
+        None,
+        "SELECT count(*) AS n, sum(v) AS v, sum(id) AS i, sum(length(s)) AS l FROM db.t \
+         WHERE v = 1 - id % 2 AND s = repeat('x', 250) || id",
+    );
+    assert_eq!(rows, "n,v,i,l\n400000,200000,80000200000,102288895\n");
 }

@@ -19,11 +19,13 @@ use std::sync::Arc;
 
 use ballista_core::config::TaskSchedulingPolicy;
 use ballista_core::error::BallistaError;
+use ballista_core::RuntimeProducer;
 use ballista_executor::execution_engine::{
     DefaultExecutionEngine, ExecutionEngine, QueryStageExecutor,
 };
 use ballista_executor::executor_process::{start_executor_process, ExecutorProcessConfig};
 use datafusion::error::Result;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
@@ -51,7 +53,7 @@ pub struct ExecutorOptions {
     pub scheduler_port: u16,
     /// Tasks run at once (0: available cores).
     pub task_slots: usize,
-    /// Shuffle files (default: a temporary directory).
+    /// Shuffle files and spill files (default: a temporary directory).
     pub work_dir: Option<PathBuf>,
     /// Push scheduling (the scheduler launches and cancels tasks) or pull
     /// (the executor polls). Must match the scheduler's policy.
@@ -74,6 +76,7 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
             ))
         })?;
     }
+    let runtime = task_runtime(&options);
     let config = ExecutorProcessConfig {
         bind_host: options.bind_host,
         external_host: options.external_host,
@@ -83,7 +86,7 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         scheduler_port: options.scheduler_port,
         scheduler_connect_timeout_seconds: 30,
         concurrent_tasks: options.task_slots,
-        memory_pool_size: Some(options.memory_limit.bytes()),
+        override_runtime_producer: Some(runtime),
         task_scheduling_policy: if options.push_scheduling {
             TaskSchedulingPolicy::PushStaged
         } else {
@@ -102,6 +105,25 @@ pub async fn run(options: ExecutorOptions) -> Result<(), BallistaError> {
         ..Default::default()
     };
     start_executor_process(Arc::new(config)).await
+}
+
+/// Each task's runtime: a memory pool of its slot's share of the budget
+/// (`memory_budget`'s pool, as on the coordinator) and spill files in the
+/// work directory, if one was given (else the system's temporary directory).
+fn task_runtime(options: &ExecutorOptions) -> RuntimeProducer {
+    let slots = match options.task_slots {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        slots => slots,
+    };
+    let budget = options.memory_limit.share(slots);
+    let spill_dir = options.work_dir.clone();
+    Arc::new(move |_| {
+        let mut runtime = RuntimeEnvBuilder::new().with_memory_pool(budget.pool());
+        if let Some(dir) = &spill_dir {
+            runtime = runtime.with_temp_file_path(dir);
+        }
+        runtime.build_arc()
+    })
 }
 
 /// Ballista's execution engine, run on a private copy of the stage plan

@@ -4,8 +4,9 @@
 //! fragments that writer tasks hand to the commit (`fragment`), the progress
 //! report of the scheduler's `icemerge.progress` action (`progress`), the
 //! message size every service agrees on (`limits`), the memory budget every
-//! process runs statements in (`memory_budget`), and the kinds of failure a
-//! statement ends with, which clients decide on (`error`).
+//! process runs statements in (`memory_budget`) and the pool that enforces
+//! it (`spill_pool`), and the kinds of failure a statement ends with, which
+//! clients decide on (`error`).
 
 pub mod error;
 pub mod fragment;
@@ -14,5 +15,6 @@ pub mod memory_budget;
 pub mod merge_rows;
 pub mod plan_nodes;
 pub mod progress;
+pub mod spill_pool;
 
 pub use plan_nodes::*;

@@ -3,19 +3,21 @@
 //! fraction of the machine's RAM), the DataFusion memory pool that enforces
 //! it, and the error a statement over it ends with.
 //!
-//! The pool is a fair spill pool: operators that can spill (sort, hash
-//! aggregate, the sort-merge join, repartition) each get a fair share and
-//! spill to disk beyond it; an operator that cannot spill and needs more
-//! than what is left fails the statement with [`over_budget`]'s error.
+//! The pool is a [`HoldersSpillPool`]: operators that can spill (sort, hash
+//! aggregate, the sort-merge join, repartition) share the budget among
+//! those holding memory and spill to disk beyond their share; an operator
+//! that cannot spill and needs more than what is left fails the statement
+//! with [`over_budget`]'s error.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use datafusion::error::DataFusionError;
-use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, TrackConsumersPool};
+use datafusion::execution::memory_pool::{MemoryPool, TrackConsumersPool};
 
 use crate::error::{out_of_memory, IcemergeError};
+use crate::spill_pool::HoldersSpillPool;
 
 /// The share of the machine's RAM a process takes when no budget is given.
 pub const DEFAULT_RAM_PERCENT: u64 = 50;
@@ -81,12 +83,13 @@ impl MemoryBudget {
         share.clamp(256 << 10, 10 << 20) as usize
     }
 
-    /// A DataFusion memory pool of this size that spills fairly and names
-    /// its largest consumers when it runs out.
+    /// A DataFusion memory pool of this size whose spilling consumers share
+    /// it among those holding memory, and which names its largest consumers
+    /// when it runs out.
     pub fn pool(&self) -> Arc<dyn MemoryPool> {
         let size = usize::try_from(self.bytes).unwrap_or(usize::MAX);
         Arc::new(TrackConsumersPool::new(
-            FairSpillPool::new(size),
+            HoldersSpillPool::new(size),
             std::num::NonZeroUsize::new(3).expect("3 is not zero"),
         ))
     }

@@ -61,7 +61,7 @@ struct Args {
     #[arg(long, value_name = "SIZE", env = "ICEMERGE_MEMORY_LIMIT")]
     memory_limit: Option<MemoryBudget>,
 
-    /// Directory for shuffle files [default: a temporary directory].
+    /// Directory for shuffle files and spill files [default: a temporary directory].
     #[arg(long, value_name = "DIR", env = "ICEMERGE_WORK_DIR")]
     work_dir: Option<PathBuf>,
 

@@ -4,8 +4,8 @@
 //! it, and the error a statement over it ends with.
 //!
 //! The pool is a [`HoldersSpillPool`]: operators that can spill (sort, hash
-//! aggregate, the sort-merge join, repartition) share the budget among
-//! those holding memory and spill to disk beyond their share; an operator
+//! aggregate, the sort-merge join, repartition) share the budget by what
+//! each holds and spill to disk beyond their share; an operator
 //! that cannot spill and needs more than what is left fails the statement
 //! with [`over_budget`]'s error.
 
@@ -84,8 +84,8 @@ impl MemoryBudget {
     }
 
     /// A DataFusion memory pool of this size whose spilling consumers share
-    /// it among those holding memory, and which names its largest consumers
-    /// when it runs out.
+    /// it by what each holds, and which names its largest consumers when it
+    /// runs out.
     pub fn pool(&self) -> Arc<dyn MemoryPool> {
         let size = usize::try_from(self.bytes).unwrap_or(usize::MAX);
         Arc::new(TrackConsumersPool::new(

@@ -30,7 +30,7 @@ use datafusion::error::Result;
 use datafusion::execution::memory_pool::{MemoryLimit, MemoryPool, MemoryReservation};
 
 /// A memory pool of a fixed size whose spilling consumers share what the
-/// others leave among those that hold memory (see the module's doc).
+/// others leave by what each holds (see the module's doc).
 #[derive(Debug)]
 pub struct HoldersSpillPool {
     size: usize,
@@ -41,8 +41,6 @@ pub struct HoldersSpillPool {
 struct State {
     /// Bytes held by consumers that cannot spill.
     unspillable: usize,
-    /// Bytes held by consumers that can spill.
-    spillable: usize,
     /// Bytes held by each spilling consumer that holds any, by consumer id.
     holders: HashMap<usize, usize>,
 }
@@ -67,7 +65,6 @@ impl State {
     fn add(&mut self, reservation: &MemoryReservation, bytes: usize) {
         let consumer = reservation.consumer();
         if consumer.can_spill() {
-            self.spillable += bytes;
             *self.holders.entry(consumer.id()).or_default() += bytes;
         } else {
             self.unspillable += bytes;
@@ -77,7 +74,6 @@ impl State {
     fn remove(&mut self, reservation: &MemoryReservation, bytes: usize) {
         let consumer = reservation.consumer();
         if consumer.can_spill() {
-            self.spillable = self.spillable.saturating_sub(bytes);
             if let Some(held) = self.holders.get_mut(&consumer.id()) {
                 *held = held.saturating_sub(bytes);
                 if *held == 0 {
@@ -87,6 +83,11 @@ impl State {
         } else {
             self.unspillable = self.unspillable.saturating_sub(bytes);
         }
+    }
+
+    /// Bytes held by all consumers.
+    fn reserved(&self) -> usize {
+        self.unspillable + self.holders.values().sum::<usize>()
     }
 }
 
@@ -120,9 +121,7 @@ impl MemoryPool for HoldersSpillPool {
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
         let mut state = self.state();
-        let free = self
-            .size
-            .saturating_sub(state.spillable + state.unspillable);
+        let free = self.size.saturating_sub(state.reserved());
         let consumer = reservation.consumer();
         let available = if consumer.can_spill() {
             let held = state.holders.get(&consumer.id()).copied().unwrap_or(0);
@@ -152,8 +151,7 @@ impl MemoryPool for HoldersSpillPool {
     }
 
     fn reserved(&self) -> usize {
-        let state = self.state();
-        state.spillable + state.unspillable
+        self.state().reserved()
     }
 
     fn memory_limit(&self) -> MemoryLimit {
@@ -225,7 +223,7 @@ mod tests {
     }
 
     #[test]
-    fn spillers_share_the_pool_among_those_holding_memory() {
+    fn two_spillers_share_the_pool_and_one_that_holds_nothing_counts_for_nothing() {
         let pool: Arc<dyn MemoryPool> = Arc::new(HoldersSpillPool::new(900));
         let first = consumer(&pool, "first", true);
         let second = consumer(&pool, "second", true);

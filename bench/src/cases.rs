@@ -33,7 +33,8 @@ pub const FIXED_COST_ROWS: u64 = 1_000;
 
 #[derive(Debug, Clone)]
 pub struct Case {
-    /// Short name (the `--cases` filter matches substrings of it).
+    /// Short name (what `--cases` selects: the exact name, or a prefix of it
+    /// followed by `*`).
     pub name: String,
     pub kind: Kind,
     /// Fractions of target rows, for the table (matched, not matched).

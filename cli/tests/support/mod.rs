@@ -4,10 +4,12 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use icemerge_tests::http_get;
@@ -68,12 +70,23 @@ impl ProcessSetup {
     }
 }
 
+/// A loopback port free at the time of asking, and never one this test
+/// process handed out before: the kernel may give a port `free_port` just
+/// released to the next bind to port 0, so two executors started side by
+/// side were given the same port (one its Flight port, the other its gRPC
+/// port) and the second failed to start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if HANDED_OUT.lock().unwrap().insert(port) {
+            return port;
+        }
+    }
 }
 
 pub fn read_log(path: &Path) -> String {

@@ -234,6 +234,12 @@ pub struct TableFileWriter {
     single: Option<<DataWriterBuilder as IcebergWriterBuilder>::R>,
 }
 
+/// The most rows a [`TableFileWriter`] hands its file writer at once: the
+/// file writer checks the file's size against the table's
+/// `write.target-file-size-bytes` before each write, so a file ends within
+/// this many rows of its target whatever the session's batch size.
+pub const ROWS_PER_WRITE: usize = 8192;
+
 impl TableFileWriter {
     /// Writer for `metadata`'s current schema and default partition spec.
     /// `prefix` must be unique per task attempt.
@@ -291,12 +297,23 @@ impl TableFileWriter {
         &self.arrow_schema
     }
 
-    /// Writes one batch whose columns are the table's columns, in order.
+    /// Writes one batch whose columns are the table's columns, in order,
+    /// at most [`ROWS_PER_WRITE`] rows at a time.
     pub async fn write(&mut self, batch: RecordBatch) -> Result<()> {
         if batch.num_rows() == 0 {
             return Ok(());
         }
         let batch = crate::scan_exec::conform(&self.arrow_schema, batch)?;
+        let mut offset = 0;
+        while offset < batch.num_rows() {
+            let rows = ROWS_PER_WRITE.min(batch.num_rows() - offset);
+            self.write_rows(batch.slice(offset, rows)).await?;
+            offset += rows;
+        }
+        Ok(())
+    }
+
+    async fn write_rows(&mut self, batch: RecordBatch) -> Result<()> {
         if let (Some(splitter), Some(fanout)) = (&self.splitter, &mut self.fanout) {
             for (key, part) in splitter.split(&batch).map_err(iceberg_err)? {
                 fanout.write(key, part).await.map_err(iceberg_err)?;

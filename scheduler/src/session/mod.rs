@@ -81,6 +81,7 @@ use icemerge_proto::memory_budget::{over_budget, MemoryBudget};
 pub use describe::StatementShape;
 pub use metrics::OperatorMetrics;
 pub use names::DEFAULT_NAMESPACE;
+use options::with_batch_size_for;
 pub use options::{cores, local_session_config, session_config, IcemergeOptions, SessionOptions};
 pub use output::{StatementOutput, DOCUMENT_COLUMNS};
 
@@ -153,6 +154,7 @@ impl Session {
             }
         };
         let config = with_spill_settings(config, &budget, target_partitions);
+        let config = with_batch_size_for(config, &budget, target_partitions);
         let words = format!("the memory budget of {budget} (--memory-limit)");
         Self::open_with_engine(&options, config, engine, runtime, words).await
     }

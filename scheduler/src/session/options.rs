@@ -52,6 +52,36 @@ impl ConfigExtension for IcemergeOptions {
     const PREFIX: &'static str = "icemerge";
 }
 
+/// Rows per batch when each partition's share of the memory budget is at
+/// least [`LARGE_BATCH_SHARE`] (DataFusion's default, 8192, otherwise).
+/// A merge moves every row of its source and of the files it rewrites
+/// through a dozen operators, each with a cost per batch: at 10M rows,
+/// four times DataFusion's batch took 14-23 % off the local engine's
+/// full-table upsert and no-op upsert at the same peak RSS; but a sort of
+/// such batches asks for ~20 MB at once, more than a small budget has
+/// (docs/BENCHMARKS.md, "Larger batches").
+pub const LARGE_BATCH_ROWS: usize = 32768;
+
+/// The share of the memory budget per partition from which a session runs
+/// with [`LARGE_BATCH_ROWS`].
+pub const LARGE_BATCH_SHARE: u64 = 256 << 20;
+
+/// `config` with the batch size `budget` affords over `partitions`
+/// partitions ([`LARGE_BATCH_ROWS`] or DataFusion's default). For the
+/// engines whose tasks run in this process's budget; a scheduler process
+/// does not know its executors' budgets and keeps the default.
+pub fn with_batch_size_for(
+    config: SessionConfig,
+    budget: &MemoryBudget,
+    partitions: usize,
+) -> SessionConfig {
+    if budget.bytes() / partitions.max(1) as u64 >= LARGE_BATCH_SHARE {
+        config.with_batch_size(LARGE_BATCH_ROWS)
+    } else {
+        config
+    }
+}
+
 /// The DataFusion settings icemerge runs with, on every engine.
 pub fn session_config(target_partitions: usize) -> SessionConfig {
     // Broadcast promotion of joins is off: it is unsafe for outer joins,
@@ -83,4 +113,24 @@ pub fn local_session_config(target_partitions: usize) -> SessionConfig {
     optimizer.hash_join_single_partition_threshold_rows =
         defaults.hash_join_single_partition_threshold_rows;
     config
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch_size(budget: &str, partitions: usize) -> usize {
+        let budget: MemoryBudget = budget.parse().unwrap();
+        with_batch_size_for(session_config(partitions), &budget, partitions).batch_size()
+    }
+
+    #[test]
+    fn large_batches_where_each_partition_has_the_memory_for_them() {
+        let default = SessionConfig::new().batch_size();
+        assert_eq!(batch_size("12GiB", 2), LARGE_BATCH_ROWS);
+        assert_eq!(batch_size("512MiB", 2), LARGE_BATCH_ROWS);
+        assert_eq!(batch_size("512MiB", 4), default);
+        assert_eq!(batch_size("48MiB", 2), default);
+        assert_ne!(default, LARGE_BATCH_ROWS);
+    }
 }

@@ -17,6 +17,8 @@
 //!   unmatched build rows, all in one) cut to the batch size;
 //! - `merge_on_read`: `MergeOnReadWriterExec`, MERGE's writer in
 //!   merge-on-read mode (position delete files, new data files);
+//! - `position_set`: the row positions a MERGE writer gathers per data
+//!   file, a bitmap;
 //! - `deletes`: position and equality delete files, read and matched where
 //!   positions must be kept;
 //! - `live_rows`: one data file's live rows with their original positions;
@@ -46,6 +48,7 @@ pub mod live_rows;
 pub mod merge_on_read;
 pub mod merge_writer;
 pub mod parquet_properties;
+pub mod position_set;
 pub mod process;
 pub mod row_groups;
 pub mod scan_exec;

@@ -5,7 +5,7 @@
 //! one position delete file of its positions, sorted. Returns the
 //! partition's commit fragment; on any failure removes what it wrote.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -21,6 +21,7 @@ use super::position_delete_writer::PositionDeleteWriter;
 use crate::iceberg_err;
 use crate::merge_writer::merge_rows::{MergeRowReader, MergeRows};
 use crate::merge_writer::metrics::WriterMetrics;
+use crate::position_set::PositionSet;
 use crate::write_exec::TableFileWriter;
 
 /// Per-partition state of the merge-on-read writer.
@@ -31,7 +32,7 @@ pub(super) struct PartitionSink {
     reader: MergeRowReader,
     /// Per touched data file: the positions deleted (BTreeMap: files in
     /// path order).
-    positions: BTreeMap<String, HashSet<i64>>,
+    positions: BTreeMap<String, PositionSet>,
     /// Delete files written so far (removed on failure).
     delete_files: Vec<String>,
     file_io: FileIO,
@@ -117,7 +118,7 @@ impl PartitionSink {
                 Some(set) => set,
                 None => self.positions.entry(file.to_string()).or_default(),
             };
-            if !per_file.insert(pos) {
+            if !per_file.insert(pos)? {
                 return Err(rows.duplicate_match(i, file, pos));
             }
             if op == MergeOp::Delete {
@@ -133,8 +134,7 @@ impl PartitionSink {
         let positions = std::mem::take(&mut self.positions);
         let mut fragments = vec![];
         for (file, set) in positions {
-            let mut sorted: Vec<i64> = set.into_iter().collect();
-            sorted.sort_unstable();
+            let sorted: Vec<i64> = set.iter().collect();
             let delete = self.deletes.write(&file, &sorted).await?;
             self.delete_files.push(delete.file_path().to_string());
             self.metrics.delete_files_added.add(1);

@@ -8,6 +8,7 @@
 use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
 use datafusion::error::Result;
+use icemerge_proto::error::internal;
 
 /// What happens to one row of a touched file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +148,44 @@ fn take_rows(
         columns.push(interleave(&arrays, indices)?);
     }
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+/// Rows of a file every row of which is updated, in file order:
+/// `changes` (sorted by position), each an update taking its row from
+/// `kept`. No row of the file is needed.
+pub(super) fn updated_rows(
+    changes: &[(i64, &Change)],
+    kept: &[RecordBatch],
+) -> Result<RecordBatch> {
+    let first = kept
+        .first()
+        .ok_or_else(|| internal("MERGE: updates without updated rows"))?;
+    let mut sources: Vec<usize> = vec![];
+    let mut indices = Vec::with_capacity(changes.len());
+    for (pos, change) in changes {
+        let Change::Update { batch, row } = change else {
+            return Err(internal(format!(
+                "MERGE: a delete at position {pos} among a file's updates"
+            )));
+        };
+        let source = match sources.iter().position(|b| b == batch) {
+            Some(i) => i,
+            None => {
+                sources.push(*batch);
+                sources.len() - 1
+            }
+        };
+        indices.push((source, *row));
+    }
+    let mut columns = Vec::with_capacity(first.num_columns());
+    for c in 0..first.num_columns() {
+        let arrays: Vec<&dyn Array> = sources
+            .iter()
+            .map(|&k| kept[k].column(c).as_ref())
+            .collect();
+        columns.push(interleave(&arrays, &indices)?);
+    }
+    Ok(RecordBatch::try_new(first.schema(), columns)?)
 }
 
 #[cfg(test)]
@@ -329,5 +368,31 @@ mod tests {
         let applied = apply(file_batch(), &positions, &deletes, &kept()).unwrap();
         assert_eq!(counts(&applied), (9, 0, 1));
         assert_eq!(ids(&applied), vec![0, 1, 3, 4, 5, 6, 7, 8, 9]);
+    }
+
+    #[test]
+    fn a_file_every_row_of_which_is_updated_is_built_from_the_updates_alone() {
+        let changes = [
+            (0, Change::Update { batch: 1, row: 1 }),
+            (1, Change::Update { batch: 0, row: 2 }),
+            (2, Change::Update { batch: 1, row: 0 }),
+            (3, Change::Update { batch: 0, row: 0 }),
+            (4, Change::Update { batch: 0, row: 1 }),
+        ];
+        let changes: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
+        let batch = updated_rows(&changes, &kept()).unwrap();
+        let values: Vec<String> = rows(&batch).into_iter().map(|r| r.1).collect();
+        assert_eq!(values, vec!["b1", "a2", "b0", "a0", "a1"]);
+    }
+
+    #[test]
+    fn a_delete_among_updates_of_a_fully_updated_file_is_refused() {
+        let changes = [
+            (0, Change::Update { batch: 0, row: 0 }),
+            (1, Change::Delete),
+        ];
+        let changes: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
+        let err = updated_rows(&changes, &kept()).unwrap_err();
+        assert!(err.to_string().contains("a delete at position 1"), "{err}");
     }
 }

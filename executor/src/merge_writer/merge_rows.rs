@@ -69,6 +69,16 @@ impl MergeRows {
         Ok((files.value(i), positions.value(i)))
     }
 
+    /// Rows `i` and `j` have the same data file (equal string views, as
+    /// rows taken from one batch have, are the same file without comparing
+    /// the paths).
+    pub fn same_file(&self, i: usize, j: usize) -> bool {
+        let Some(files) = &self.files else {
+            return true;
+        };
+        files.views()[i] == files.views()[j] || files.value(i) == files.value(j)
+    }
+
     /// How an error names the target row `i` at `pos`: `key (id=2, k=x)`.
     fn describe(&self, i: usize, pos: i64) -> String {
         self.keys

@@ -12,7 +12,8 @@
 //! writer holds one file's changes at a time; an unsorted input is
 //! rewritten file by file at its end. A file whose rows
 //! are all deleted gets no replacement and, when
-//! its record count is known from the target scan, is not read at all. A
+//! its record count is known from the target scan, is not read at all;
+//! nor is one whose every row is updated (its rows are the updates). A
 //! target row acted on twice fails the statement (duplicate match). The
 //! output is the commit fragment of the partition
 //! (`icemerge_proto::fragment`).
@@ -21,6 +22,8 @@
 //! - `changes_by_file.rs`: `SortChangesByFileExec`, the writer's input
 //!   order: changes sorted by data file (spilling), inserts passed through
 //!   ahead of them unsorted;
+//! - `file_changes.rs`: one touched file's changes as they are gathered
+//!   (a position acted on twice found as it arrives);
 //! - `file_ordinals.rs`: the sort's key, each data file's place in path
 //!   order;
 //! - `sink.rs`: one partition's writer (accept merge rows, duplicate-match
@@ -35,6 +38,7 @@
 mod apply;
 mod changes_by_file;
 mod exec;
+mod file_changes;
 mod file_ordinals;
 pub(crate) mod merge_rows;
 pub(crate) mod metrics;

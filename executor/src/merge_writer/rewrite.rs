@@ -3,7 +3,8 @@
 //! removed are left out, as the target scan left them out), and stream every
 //! batch through its changes (`apply`) into the partition's file writer. A
 //! file without delete files whose every row is deleted, when its record
-//! count is known from the target scan, is dropped without being read.
+//! count is known from the target scan, is dropped without being read; one
+//! whose every row is updated is written from the updated rows alone.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,8 @@ use iceberg::io::FileIO;
 use iceberg::scan::{FileScanTask, FileScanTaskDeleteFile};
 use iceberg::spec::{DataFileFormat, SchemaRef};
 
-use super::apply::{apply, Change};
+use super::apply::{apply, updated_rows, Change};
+use super::file_changes::FileChanges;
 use super::metrics::WriterMetrics;
 use crate::deletes::DeleteLoader;
 use crate::iceberg_err;
@@ -96,7 +98,7 @@ impl FileRewriter {
     pub async fn rewrite(
         &self,
         file: &str,
-        changes: &HashMap<i64, Change>,
+        changes: &FileChanges,
         deletes: &DeleteLoader,
         mut out: RewriteOutput<'_>,
     ) -> Result<()> {
@@ -105,9 +107,16 @@ impl FileRewriter {
             out.metrics.files_removed.add(1);
             return Ok(());
         }
+        let sorted = changes.sorted();
+        if self.all_updated(file, &sorted) {
+            for chunk in sorted.chunks(self.batch_size.max(1)) {
+                out.writer.write(updated_rows(chunk, out.kept)?).await?;
+            }
+            out.metrics.updated.add(sorted.len());
+            out.metrics.files_rewritten.add(1);
+            return Ok(());
+        }
         let batches = self.open(file, deletes, out.metrics).await?;
-        let mut sorted: Vec<(i64, &Change)> = changes.iter().map(|(p, c)| (*p, c)).collect();
-        sorted.sort_unstable_by_key(|(p, _)| *p);
         let done = stream_through(batches, &sorted, &mut out).await?;
         if done.next != sorted.len() || done.updated + done.deleted != changes.len() {
             return Err(internal(format!(
@@ -128,13 +137,31 @@ impl FileRewriter {
 
     /// Every row of `file` is deleted, as its record count tells (a file
     /// with delete files has fewer live rows than its count: it is read).
-    fn all_deleted(&self, file: &str, changes: &HashMap<i64, Change>) -> bool {
+    fn all_deleted(&self, file: &str, changes: &FileChanges) -> bool {
         if self.file_deletes.contains_key(file) {
             return false;
         }
         self.file_rows.get(file).is_some_and(|&rows| {
-            rows as usize == changes.len() && changes.values().all(|c| matches!(c, Change::Delete))
+            rows as usize == changes.len() && changes.changes().all(|c| matches!(c, Change::Delete))
         })
+    }
+
+    /// Every row of `file` is updated: no delete files, and the changes
+    /// (sorted by position, one per position) are updates of positions 0 to
+    /// its record count - 1. Its rows are then not read.
+    fn all_updated(&self, file: &str, sorted: &[(i64, &Change)]) -> bool {
+        if self.file_deletes.contains_key(file) {
+            return false;
+        }
+        let Some(&rows) = self.file_rows.get(file) else {
+            return false;
+        };
+        rows as usize == sorted.len()
+            && sorted.first().is_some_and(|(p, _)| *p == 0)
+            && sorted.last().is_some_and(|(p, _)| *p == rows as i64 - 1)
+            && sorted
+                .iter()
+                .all(|(_, c)| matches!(c, Change::Update { .. }))
     }
 
     /// The live rows of `file`, every column, in file order.

@@ -11,7 +11,7 @@
 //! the sink holds one file's changes at a time. Unsorted, every file is
 //! rewritten at the end.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::RecordBatch;
@@ -24,6 +24,7 @@ use icemerge_proto::fragment::{self, Fragment};
 use icemerge_proto::merge_rows::MergeOp;
 
 use super::apply::Change;
+use super::file_changes::FileChanges;
 use super::merge_rows::{MergeRowReader, MergeRows};
 use super::metrics::WriterMetrics;
 use super::rewrite::{FileRewriter, RewriteOutput};
@@ -39,8 +40,8 @@ pub(super) struct PartitionSink {
     writer: TableFileWriter,
     rewriter: FileRewriter,
     reader: MergeRowReader,
-    /// Per touched file: position → change (BTreeMap keeps file order).
-    changes: BTreeMap<String, HashMap<i64, Change>>,
+    /// Per touched file, its changes (BTreeMap keeps file order).
+    changes: BTreeMap<String, FileChanges>,
     /// Batches holding updated rows (target columns only), by the index
     /// changes name; those no change needs any more are emptied.
     kept: Vec<RecordBatch>,
@@ -142,16 +143,23 @@ impl PartitionSink {
 
     /// Deletes and updates, recorded per data file and position; a position
     /// acted on twice is a duplicate match. Returns the data file of the
-    /// batch's last change.
+    /// batch's last change. Rows of one file come in runs (the input is
+    /// sorted by file): the file's changes are looked up once per run.
     fn gather_changes(&mut self, rows: &MergeRows) -> Result<Option<String>> {
         let mut kept_index = None;
-        let mut last_file: Option<&str> = None;
-        for i in 0..rows.ops.len() {
-            let op = match rows.op(i) {
-                Some(op @ (MergeOp::Delete | MergeOp::Update)) => op,
-                _ => continue,
-            };
-            let (file, pos) = rows.row_id(i)?;
+        let mut last_file = None;
+        let change_op = |i: usize| {
+            rows.op(i)
+                .filter(|op| matches!(op, MergeOp::Delete | MergeOp::Update))
+        };
+        let n = rows.ops.len();
+        let mut i = 0;
+        while i < n {
+            if change_op(i).is_none() {
+                i += 1;
+                continue;
+            }
+            let (file, _) = rows.row_id(i)?;
             if self
                 .last_rewritten
                 .as_deref()
@@ -162,22 +170,38 @@ impl PartitionSink {
                      (the writer's input is not sorted by data file)"
                 )));
             }
-            last_file = Some(file);
-            let change = if op == MergeOp::Delete {
-                Change::Delete
-            } else {
-                let batch = *kept_index.get_or_insert_with(|| {
-                    self.kept.push(rows.values.clone());
-                    self.kept.len() - 1
-                });
-                Change::Update { batch, row: i }
-            };
-            let per_file = self.changes.entry(file.to_string()).or_default();
-            if per_file.insert(pos, change).is_some() {
-                return Err(rows.duplicate_match(i, file, pos));
+            last_file = Some(i);
+            if !self.changes.contains_key(file) {
+                self.changes
+                    .insert(file.to_string(), FileChanges::default());
+            }
+            let per_file = self.changes.get_mut(file).expect("inserted above");
+            // The run of rows of this file (other operations skipped).
+            let first = i;
+            while i < n && (change_op(i).is_none() || rows.same_file(first, i)) {
+                let Some(op) = change_op(i) else {
+                    i += 1;
+                    continue;
+                };
+                let (_, pos) = rows.row_id(i)?;
+                let change = if op == MergeOp::Delete {
+                    Change::Delete
+                } else {
+                    let batch = *kept_index.get_or_insert_with(|| {
+                        self.kept.push(rows.values.clone());
+                        self.kept.len() - 1
+                    });
+                    Change::Update { batch, row: i }
+                };
+                if !per_file.insert(pos, change)? {
+                    return Err(rows.duplicate_match(i, file, pos));
+                }
+                i += 1;
             }
         }
-        Ok(last_file.map(str::to_string))
+        last_file
+            .map(|i| rows.row_id(i).map(|(file, _)| file.to_string()))
+            .transpose()
     }
 
     /// Rewrites the touched files whose paths sort before `file` (their
@@ -197,7 +221,7 @@ impl PartitionSink {
         let needed = self
             .changes
             .values()
-            .flat_map(|c| c.values())
+            .flat_map(FileChanges::changes)
             .filter_map(|c| match c {
                 Change::Update { batch, .. } => Some(*batch),
                 Change::Delete => None,
@@ -212,7 +236,7 @@ impl PartitionSink {
     }
 
     /// Rewrites one touched file with its changes.
-    async fn rewrite_file(&mut self, file: &str, changes: &HashMap<i64, Change>) -> Result<()> {
+    async fn rewrite_file(&mut self, file: &str, changes: &FileChanges) -> Result<()> {
         let deletes = self
             .deletes
             .get_or_insert_with(|| self.rewriter.delete_loader());

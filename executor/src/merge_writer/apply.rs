@@ -7,6 +7,7 @@
 
 use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::{filter_record_batch, interleave};
+use arrow::datatypes::SchemaRef;
 use datafusion::error::Result;
 use icemerge_proto::error::internal;
 
@@ -108,14 +109,7 @@ fn update_and_delete(
             Some((_, Change::Delete)) => deleted += 1,
             Some((_, Change::Update { batch, row })) => {
                 updated += 1;
-                let source = match sources.iter().position(|b| b == batch) {
-                    Some(i) => i + 1,
-                    None => {
-                        sources.push(*batch);
-                        sources.len()
-                    }
-                };
-                indices.push((source, *row));
+                indices.push((1 + source_index(&mut sources, *batch), *row));
             }
         }
     }
@@ -123,7 +117,10 @@ fn update_and_delete(
     let batch = if indices.is_empty() {
         None
     } else {
-        Some(take_rows(batch, &sources, kept, &indices)?)
+        let batches: Vec<&RecordBatch> = std::iter::once(batch)
+            .chain(sources.iter().map(|&k| &kept[k]))
+            .collect();
+        Some(take_rows(batch.schema(), &batches, &indices)?)
     };
     Ok(Applied {
         batch,
@@ -133,21 +130,29 @@ fn update_and_delete(
     })
 }
 
-/// The rows `indices` ((source, row) pairs) of `batch` (source 0) and of
-/// the kept batches `sources` (source 1..), in `batch`'s schema.
+/// Where kept batch `batch` is among `sources`, the kept batches rows are
+/// taken from (added at the end when it is not there yet).
+fn source_index(sources: &mut Vec<usize>, batch: usize) -> usize {
+    sources.iter().position(|&b| b == batch).unwrap_or_else(|| {
+        sources.push(batch);
+        sources.len() - 1
+    })
+}
+
+/// The rows `indices` ((batch, row) pairs) of `batches`, whose columns have
+/// the types of `schema`'s.
 fn take_rows(
-    batch: &RecordBatch,
-    sources: &[usize],
-    kept: &[RecordBatch],
+    schema: SchemaRef,
+    batches: &[&RecordBatch],
     indices: &[(usize, usize)],
 ) -> Result<RecordBatch> {
-    let mut columns = Vec::with_capacity(batch.num_columns());
-    for c in 0..batch.num_columns() {
-        let mut arrays: Vec<&dyn Array> = vec![batch.column(c).as_ref()];
-        arrays.extend(sources.iter().map(|&k| kept[k].column(c).as_ref()));
-        columns.push(interleave(&arrays, indices)?);
-    }
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    let columns = (0..schema.fields().len())
+        .map(|c| {
+            let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(c).as_ref()).collect();
+            interleave(&arrays, indices)
+        })
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// Rows of a file every row of which is updated, in file order:
@@ -157,9 +162,6 @@ pub(super) fn updated_rows(
     changes: &[(i64, &Change)],
     kept: &[RecordBatch],
 ) -> Result<RecordBatch> {
-    let first = kept
-        .first()
-        .ok_or_else(|| internal("MERGE: updates without updated rows"))?;
     let mut sources: Vec<usize> = vec![];
     let mut indices = Vec::with_capacity(changes.len());
     for (pos, change) in changes {
@@ -168,24 +170,13 @@ pub(super) fn updated_rows(
                 "MERGE: a delete at position {pos} among a file's updates"
             )));
         };
-        let source = match sources.iter().position(|b| b == batch) {
-            Some(i) => i,
-            None => {
-                sources.push(*batch);
-                sources.len() - 1
-            }
-        };
-        indices.push((source, *row));
+        indices.push((source_index(&mut sources, *batch), *row));
     }
-    let mut columns = Vec::with_capacity(first.num_columns());
-    for c in 0..first.num_columns() {
-        let arrays: Vec<&dyn Array> = sources
-            .iter()
-            .map(|&k| kept[k].column(c).as_ref())
-            .collect();
-        columns.push(interleave(&arrays, &indices)?);
-    }
-    Ok(RecordBatch::try_new(first.schema(), columns)?)
+    let Some(&first) = sources.first() else {
+        return Err(internal("MERGE: updates without updated rows"));
+    };
+    let batches: Vec<&RecordBatch> = sources.iter().map(|&k| &kept[k]).collect();
+    take_rows(kept[first].schema(), &batches, &indices)
 }
 
 #[cfg(test)]

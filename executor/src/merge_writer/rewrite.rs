@@ -94,7 +94,8 @@ impl FileRewriter {
 
     /// Streams `file`'s live rows once, applying `changes` by position. A
     /// file without delete files whose every row is deleted is dropped
-    /// without reading it.
+    /// without reading it; one whose every row is updated is written from
+    /// the updated rows without reading it.
     pub async fn rewrite(
         &self,
         file: &str,
@@ -135,30 +136,32 @@ impl FileRewriter {
         Ok(())
     }
 
-    /// Every row of `file` is deleted, as its record count tells (a file
-    /// with delete files has fewer live rows than its count: it is read).
-    fn all_deleted(&self, file: &str, changes: &FileChanges) -> bool {
-        if self.file_deletes.contains_key(file) {
-            return false;
-        }
-        self.file_rows.get(file).is_some_and(|&rows| {
-            rows as usize == changes.len() && changes.changes().all(|c| matches!(c, Change::Delete))
-        })
+    /// `changes` changes (one per position) reach every row of `file`, as
+    /// its record count tells (a file with delete files has fewer live rows
+    /// than its count: it is read).
+    fn every_row_changed(&self, file: &str, changes: usize) -> bool {
+        !self.file_deletes.contains_key(file)
+            && self
+                .file_rows
+                .get(file)
+                .is_some_and(|&rows| rows as usize == changes)
     }
 
-    /// Every row of `file` is updated: no delete files, and the changes
-    /// (sorted by position, one per position) are updates of positions 0 to
-    /// its record count - 1. Its rows are then not read.
+    /// Every row of `file` is deleted.
+    fn all_deleted(&self, file: &str, changes: &FileChanges) -> bool {
+        self.every_row_changed(file, changes.len())
+            && changes.changes().all(|c| matches!(c, Change::Delete))
+    }
+
+    /// Every row of `file` is updated: the changes (sorted by position, one
+    /// per position, as many as its rows) are updates of positions 0 to its
+    /// row count - 1. Its rows are then not read.
     fn all_updated(&self, file: &str, sorted: &[(i64, &Change)]) -> bool {
-        if self.file_deletes.contains_key(file) {
-            return false;
-        }
-        let Some(&rows) = self.file_rows.get(file) else {
-            return false;
-        };
-        rows as usize == sorted.len()
+        self.every_row_changed(file, sorted.len())
             && sorted.first().is_some_and(|(p, _)| *p == 0)
-            && sorted.last().is_some_and(|(p, _)| *p == rows as i64 - 1)
+            && sorted
+                .last()
+                .is_some_and(|(p, _)| *p == sorted.len() as i64 - 1)
             && sorted
                 .iter()
                 .all(|(_, c)| matches!(c, Change::Update { .. }))
